@@ -1,0 +1,61 @@
+# calnotes: `make book` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CHAPTER ?=
+ARGS ?=
+DEVICE ?= auto
+export MPLBACKEND := Agg
+
+.PHONY: help setup data test test-unit test-chapters book run results bench lint clean
+
+help:
+	@echo "make book      execute every chapter (default parameters) and build _build/html"
+	@echo "make test      unit tests, then every chapter in SMOKE mode (papermill + nbval)"
+	@echo "make run CHAPTER=01 ARGS='-p EPOCHS 5 -p DEVICE cuda'   rerun one chapter"
+	@echo "make results [DEVICE=cuda]   compute the stored runs the book loads (resumable)"
+	@echo "make bench     speed comparisons against peers (benchmarks/)"
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[book,test,dev]'
+	touch $@
+
+setup: $(STAMP)
+
+data: setup
+	$(PY) -m calnotes.data fetch mnist fashion_mnist
+
+test: test-unit test-chapters
+
+test-unit: setup data
+	$(PY) -m pytest tests
+
+# papermill injects SMOKE=True into each chapter; nbval executes and checks it.
+# pytest exits 5 when it collects nothing, so a missing chapter fails the target.
+test-chapters: setup data
+	rm -rf _build/smoke
+	$(PY) -m calnotes.chapters smoke _build/smoke
+	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env _build/smoke
+
+book: setup data
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+run: setup data
+	@test -n "$(CHAPTER)" || (echo "usage: make run CHAPTER=<name> ARGS='-p NAME VALUE ...'"; exit 2)
+	$(PY) -m calnotes.chapters run $(CHAPTER) $(ARGS)
+
+results: setup data
+	$(PY) -m calnotes.chapters results -p DEVICE $(DEVICE)
+
+bench: setup data
+	$(PY) benchmarks/run_all.py
+
+lint: setup
+	$(VENV)/bin/ruff check calnotes tests benchmarks
+	$(VENV)/bin/mypy calnotes
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

@@ -1,0 +1,129 @@
+"""Input validation shared by every public function.
+
+All user errors raise ``TypeError`` (wrong kind of object or dtype) or ``ValueError``
+(wrong shape, range or content), and the message names the argument. Nothing here uses
+``assert``: validation must survive ``python -O``.
+
+Vocabulary: ``logits (N, C)``, ``probs (N, C)`` or ``(N,)`` (probability of the positive
+class of a binary problem), ``labels (N,)`` integers in ``[0, C)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Rows of ``probs`` must sum to 1 within this absolute tolerance. Loose enough for
+#: float16-stored logits pushed through a float32 softmax, tight enough to catch
+#: unnormalized scores or logits passed by mistake.
+PROB_SUM_ATOL = 1e-3
+
+ArrayLike = torch.Tensor | np.ndarray
+
+
+def as_tensor(x: Any, name: str) -> tuple[torch.Tensor, bool]:
+    """Return ``(tensor, came_from_numpy)``; numpy arrays are wrapped without a copy."""
+    if isinstance(x, torch.Tensor):
+        return x, False
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            raise TypeError(f"{name} must be a numeric array, got dtype object")
+        return torch.from_numpy(np.ascontiguousarray(x)), True
+    raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def like_input(t: torch.Tensor, numpy_out: bool) -> ArrayLike:
+    """Give back a result in the kind the caller passed in (numpy in, numpy out)."""
+    return t.detach().cpu().numpy() if numpy_out else t
+
+
+def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_positive_float(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def _check_float(t: torch.Tensor, name: str) -> torch.Tensor:
+    if not torch.is_floating_point(t):
+        raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return t
+
+
+def check_logits(logits: Any, name: str = "logits") -> tuple[torch.Tensor, bool]:
+    """Validate ``(N, C)`` float logits with C >= 2; returns ``(tensor, came_from_numpy)``."""
+    t, from_numpy = as_tensor(logits, name)
+    if t.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, C), got shape {tuple(t.shape)}")
+    if t.shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 columns (classes), got {t.shape[1]}")
+    return _check_float(t, name), from_numpy
+
+
+def check_probs(probs: Any, name: str = "probs") -> tuple[torch.Tensor, bool]:
+    """Validate probabilities and return them as ``(N, C)`` float, plus ``came_from_numpy``.
+
+    A 1-d input is read as the positive-class probability of a binary problem and becomes
+    the two columns ``[1 - p, p]``. Entries must lie in [0, 1] and rows must sum to 1
+    within :data:`PROB_SUM_ATOL`.
+    """
+    t, from_numpy = as_tensor(probs, name)
+    if t.ndim not in (1, 2):
+        raise ValueError(f"{name} must have shape (N, C) or (N,), got shape {tuple(t.shape)}")
+    _check_float(t, name)
+    if bool((t < 0).any()) or bool((t > 1).any()):
+        raise ValueError(f"{name} must lie in [0, 1]; got values in [{t.min():.4g}, {t.max():.4g}]")
+    if t.ndim == 1:
+        return torch.stack([1 - t, t], dim=1), from_numpy
+    if t.shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 columns (classes), got {t.shape[1]}")
+    worst = (t.sum(dim=1, dtype=torch.float64) - 1).abs().max().item()
+    if worst > PROB_SUM_ATOL:
+        raise ValueError(
+            f"rows of {name} must sum to 1 (tolerance {PROB_SUM_ATOL}); worst row is off by "
+            f"{worst:.3g}. Did you pass logits? Apply softmax first."
+        )
+    return t, from_numpy
+
+
+def check_labels(
+    labels: Any, n: int, num_classes: int, name: str = "labels"
+) -> torch.Tensor:
+    """Validate ``(N,)`` integer labels in ``[0, num_classes)``; returns an int64 tensor."""
+    t, _ = as_tensor(labels, name)
+    if t.dtype == torch.bool or torch.is_floating_point(t) or torch.is_complex(t):
+        raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
+    if t.ndim != 1:
+        raise ValueError(f"{name} must have shape (N,), got shape {tuple(t.shape)}")
+    if t.shape[0] != n:
+        raise ValueError(f"{name} has length {t.shape[0]} but the predictions have {n} rows")
+    if n == 0:
+        raise ValueError(f"{name} is empty")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= num_classes:
+        raise ValueError(f"{name} must lie in [0, {num_classes}); got values in [{lo}, {hi}]")
+    return t.long()

@@ -1,0 +1,169 @@
+"""Figures for calibration: reliability diagrams, confidence histograms, curves.
+
+Every function takes ``ax=None`` (a new figure is made when it is None) and returns the
+axes it drew on. Nothing here sets a global style: chapters choose their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+
+from . import metrics
+from ._checks import check_positive_int, check_probs
+
+
+def _numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float] = (4.0, 4.0)) -> Axes:
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def bootstrap_bin_accuracy(
+    probs: Any, labels: Any, n_bins: int = 15, n_boot: int = 200, level: float = 0.9,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap band for the accuracy of each equal-width confidence bin.
+
+    Resamples the N predictions with replacement ``n_boot`` times and returns the lower and
+    upper ``level`` quantiles of the per-bin accuracy (NaN where a bin is empty).
+    """
+    n_boot = check_positive_int(n_boot, "n_boot")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    p, _ = check_probs(probs)
+    conf, correct = metrics.confidences_and_correct(p, labels)
+    conf_np, correct_np = _numpy(conf).astype(np.float64), _numpy(correct).astype(np.float64)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    # (b_{m-1}, b_m] with 0 in the first bin and 1.0 in the last: the library's convention.
+    idx = np.clip(np.searchsorted(edges, conf_np, side="left") - 1, 0, n_bins - 1)
+    rng = np.random.default_rng(seed)
+    n = len(conf_np)
+    acc = np.full((n_boot, n_bins), np.nan)
+    for b in range(n_boot):
+        s = rng.integers(0, n, n)
+        counts = np.bincount(idx[s], minlength=n_bins)
+        hits = np.bincount(idx[s], weights=correct_np[s], minlength=n_bins)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc[b] = np.where(counts > 0, hits / counts, np.nan)
+    lo, hi = (1 - level) / 2, 1 - (1 - level) / 2
+    with np.errstate(all="ignore"):
+        return np.nanquantile(acc, lo, axis=0), np.nanquantile(acc, hi, axis=0)
+
+
+def reliability_diagram(
+    probs: Any,
+    labels: Any,
+    n_bins: int = 15,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    bootstrap: int = 0,
+    show_histogram: bool = True,
+    color: str = "C0",
+) -> Axes:
+    """Guo-style reliability diagram.
+
+    Bars show the accuracy of each equal-width confidence bin, red hatched bars the gap to
+    the diagonal (the per-bin calibration error ``conf_m - acc_m``), and the inset text the
+    ECE and MCE. With ``show_histogram`` a small panel under the diagram shows the share of
+    samples per bin (most modern networks put nearly all of them in the last bin).
+    ``bootstrap > 0`` draws a percentile band for each bin's accuracy.
+    """
+    ax = _axes(ax)
+    bins = metrics.reliability_bins(probs, labels, n_bins=n_bins)
+    edges = _numpy(bins.edges)
+    acc, conf, counts = _numpy(bins.accuracy), _numpy(bins.confidence), _numpy(bins.counts)
+    width = np.diff(edges)
+    left = edges[:-1]
+    filled = counts > 0
+    ax.bar(left[filled], acc[filled], width=width[filled], align="edge", color=color,
+           edgecolor="black", linewidth=0.6, label="accuracy")
+    gap_bottom = np.minimum(acc, conf)
+    ax.bar(left[filled], np.abs(conf - acc)[filled], bottom=gap_bottom[filled],
+           width=width[filled], align="edge", color="tab:red", alpha=0.35, edgecolor="tab:red",
+           hatch="//", linewidth=0.6, label="gap")
+    if bootstrap:
+        lo, hi = bootstrap_bin_accuracy(probs, labels, n_bins=n_bins, n_boot=bootstrap)
+        centers = left + width / 2
+        ax.errorbar(centers[filled], acc[filled],
+                    yerr=[(acc - lo)[filled], (hi - acc)[filled]], fmt="none",
+                    ecolor="black", elinewidth=0.8, capsize=2, label="90% bootstrap")
+    ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
+    ece = float(metrics.ece(probs, labels, n_bins=n_bins))
+    mce = float(metrics.mce(probs, labels, n_bins=n_bins))
+    ax.text(0.04, 0.93, f"ECE {100 * ece:.2f}%\nMCE {100 * mce:.2f}%", transform=ax.transAxes,
+            va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.85, "linewidth": 0})
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.legend(loc="lower right", fontsize=8)
+    if title:
+        ax.set_title(title)
+    if show_histogram:
+        inset = ax.inset_axes((0.0, -0.42, 1.0, 0.2), sharex=ax)
+        share = counts / max(counts.sum(), 1)
+        inset.bar(left, share, width=width, align="edge", color="gray", edgecolor="black",
+                  linewidth=0.4)
+        inset.set_ylabel("share", fontsize=8)
+        inset.set_ylim(0, 1)
+        inset.tick_params(labelsize=7)
+        ax.set_xlabel("")
+        inset.set_xlabel("confidence")
+    return ax
+
+
+def confidence_histogram(
+    probs: Any, labels: Any, n_bins: int = 20, *, ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    """Histogram of top-label confidence with the mean accuracy and mean confidence marked."""
+    ax = _axes(ax)
+    conf, correct = metrics.confidences_and_correct(probs, labels)
+    conf_np = _numpy(conf)
+    ax.hist(conf_np, bins=np.linspace(0, 1, n_bins + 1), color="C0", edgecolor="black",
+            linewidth=0.5, weights=np.full(len(conf_np), 1 / len(conf_np)))
+    ax.axvline(float(_numpy(correct).mean()), color="tab:red", linestyle="--", label="accuracy")
+    ax.axvline(float(conf_np.mean()), color="black", linestyle=":", label="avg. confidence")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("share of samples")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def metric_curves(
+    x: Sequence[float],
+    curves: Mapping[str, Sequence[float]],
+    *,
+    ax: Axes | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    logx: bool = False,
+    bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> Axes:
+    """One line per named curve over a shared x axis, with optional shaded bands."""
+    ax = _axes(ax, figsize=(5.0, 3.5))
+    for i, (name, ys) in enumerate(curves.items()):
+        ax.plot(x, ys, marker="o", markersize=3, label=name, color=f"C{i}")
+        if bands and name in bands:
+            lo, hi = bands[name]
+            ax.fill_between(x, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return ax
