@@ -251,9 +251,10 @@ def mixup_batch(
 class MixupLoss(nn.Module):
     """Mixup objective ``lam * base(z, y_a) + (1 - lam) * base(z, y_b)``.
 
-    ``base`` defaults to cross-entropy. The training loop needs no special case: a batch
-    transform calls :func:`mixup_batch` on each training batch and the step calls
-    ``loss(logits, y_a, y_b, lam)``, so the Trainer stays unaware of mixup.
+    ``base`` defaults to cross-entropy. The Trainer knows nothing about mixup: a batch
+    transform applied to each training batch calls :func:`mixup_batch`, the model sees
+    ``x_mixed`` and the loss is ``loss(logits, y_a, y_b, lam)``. Validation batches are
+    not mixed.
     """
 
     def __init__(self, base: nn.Module | None = None) -> None:

@@ -324,7 +324,8 @@ def _build_wrn(depth: int, widen: int, num_classes: int, in_channels: int, name:
     if widen < 1:
         raise ValueError(f"widen factor {widen} in name {name!r} must be >= 1")
     opts = _take_options(name, options, {"dropout": 0.0})
-    return WideResNet(depth, widen, num_classes, in_channels, dropout=_check_dropout(opts["dropout"]))
+    dropout = _check_dropout(opts["dropout"])
+    return WideResNet(depth, widen, num_classes, in_channels, dropout=dropout)
 
 
 _Builder = Callable[[re.Match[str], int, int, int, str, dict[str, Any]], Classifier]

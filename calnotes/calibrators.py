@@ -1,0 +1,787 @@
+"""Post-hoc calibrators with one API: ``fit`` / ``predict_proba`` / ``transform``.
+
+Every calibrator is fitted on a held-out validation split and then applied to new logits::
+
+    cal = TemperatureScaling().fit(val_logits, val_labels)
+    test_probs = cal.predict_proba(test_logits)       # (N, C), rows sum to 1
+
+* ``fit(logits, labels) -> self`` with ``logits (N, C)`` float and ``labels (N,)`` int.
+* ``predict_proba(logits) -> (N, C)`` calibrated probabilities.
+* ``transform(logits) -> (N, C)`` calibrated *logits*, for the methods that have them
+  (temperature, vector, matrix and Platt scaling); the binning methods raise
+  ``NotImplementedError``.
+
+numpy in gives numpy out; a torch tensor in gives a tensor out on the same device, in the
+input's floating dtype (float16/bfloat16 are promoted to float32). The parametric methods
+fit in float64 on the logits' device; the binning methods work in float64 numpy on the
+CPU (they are cheap and sklearn's isotonic regression is CPU only).
+
+Calling ``predict_proba`` or ``transform`` before ``fit`` raises :class:`NotFittedError`,
+a ``ValueError`` subclass, so ``except ValueError`` catches every user error of this
+module. Predicting with a different number of classes than was fitted raises
+``ValueError``, as do fewer than two distinct classes in ``labels`` at fit time.
+
+Binary binning methods (histogram binning, isotonic regression, BBQ) act on the
+positive-class probability. For ``C == 2`` logits that is ``softmax(z)_1``; for ``C > 2``
+they are used one-vs-all: K binary calibrators map ``p_k = softmax(z)_k`` against
+``1[y = k]`` and the K outputs are renormalized to sum to 1 (a row whose outputs are all 0
+becomes uniform). Platt scaling uses the same one-vs-all scheme with each class's logit as
+its score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.special import gammaln
+
+from ._checks import (
+    ArrayLike,
+    as_tensor,
+    check_choice,
+    check_labels,
+    check_logits,
+    check_positive_float,
+    check_positive_int,
+    like_input,
+)
+
+__all__ = [
+    "BBQ",
+    "CALIBRATORS",
+    "Calibrator",
+    "HistogramBinning",
+    "IsotonicCalibration",
+    "MatrixScaling",
+    "NotFittedError",
+    "PlattScaling",
+    "TemperatureScaling",
+    "VectorScaling",
+    "calibrate",
+]
+
+#: Temperature scaling keeps ``log T`` inside this range. On perfectly separable data the
+#: NLL keeps falling as T -> 0, and on labels unrelated to the logits it keeps falling as
+#: T -> inf; the clamp keeps the fitted temperature finite in both cases.
+LOG_T_RANGE = (math.log(1e-2), math.log(1e3))
+
+
+_Cal = TypeVar("_Cal", bound="Calibrator")
+
+
+class NotFittedError(ValueError):
+    """A calibrator was used before ``fit``."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_nonneg_float(value: Any, name: str) -> float:
+    """A finite number >= 0 (``_checks`` only has the strictly positive variant)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def _check_scores(
+    scores: Any, name: str = "scores", unit: bool = False
+) -> tuple[torch.Tensor, bool]:
+    """Validate a 1-d float score vector ``(N,)``; ``unit=True`` also requires [0, 1]."""
+    t, from_numpy = as_tensor(scores, name)
+    if t.ndim != 1:
+        raise ValueError(f"{name} must have shape (N,), got shape {tuple(t.shape)}")
+    if not torch.is_floating_point(t):
+        raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    if unit and (bool((t < 0).any()) or bool((t > 1).any())):
+        raise ValueError(
+            f"{name} must lie in [0, 1] (probabilities of the positive class); "
+            f"got values in [{float(t.min()):.4g}, {float(t.max()):.4g}]"
+        )
+    return t, from_numpy
+
+
+def _check_targets(targets: Any, n: int, name: str = "targets") -> torch.Tensor:
+    """Validate binary ``(N,)`` targets in {0, 1} (int, bool, or float holding 0/1)."""
+    t, _ = as_tensor(targets, name)
+    if t.ndim != 1:
+        raise ValueError(f"{name} must have shape (N,), got shape {tuple(t.shape)}")
+    if t.shape[0] != n:
+        raise ValueError(f"{name} has length {t.shape[0]} but the scores have {n} entries")
+    if torch.is_complex(t):
+        raise TypeError(f"{name} must be integer, bool or float 0/1, got {t.dtype}")
+    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
+        raise ValueError(f"{name} must contain only 0 and 1")
+    return t.to(torch.int64)
+
+
+def _require_two_classes(labels: torch.Tensor, name: str) -> None:
+    present = torch.unique(labels)
+    if present.numel() < 2:
+        raise ValueError(
+            f"{name} must contain at least 2 distinct classes to fit a calibrator; "
+            f"got only class {int(present[0])}"
+        )
+
+
+def _work_device(t: torch.Tensor) -> torch.device:
+    """Device for float64 work: the input's, except MPS (no float64 there) -> CPU."""
+    return torch.device("cpu") if t.device.type == "mps" else t.device
+
+
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(device=_work_device(t), dtype=torch.float64)
+
+
+def _out_dtype(t: torch.Tensor) -> torch.dtype:
+    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _finish(result: torch.Tensor, like: torch.Tensor, numpy_out: bool) -> ArrayLike:
+    """Cast a float64 result back to the caller's device/dtype (or to numpy)."""
+    out = result.detach().to(dtype=_out_dtype(like))
+    return like_input(out if numpy_out else out.to(like.device), numpy_out)
+
+
+def _lbfgs(
+    params: Sequence[torch.Tensor],
+    loss_fn: Callable[[], torch.Tensor],
+    max_iter: int,
+    backward: bool = True,
+) -> None:
+    """Minimize ``loss_fn`` over ``params`` with L-BFGS and a strong Wolfe line search.
+
+    ``backward=False``: ``loss_fn`` sets the parameters' ``.grad`` itself.
+    """
+    opt = torch.optim.LBFGS(
+        list(params),
+        lr=1.0,
+        max_iter=max_iter,
+        max_eval=2 * max_iter,
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = loss_fn()
+        if backward:
+            loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+
+
+def _renormalize(q: np.ndarray) -> np.ndarray:
+    """One-vs-all outputs ``(N, K)`` -> rows summing to 1; all-zero rows -> uniform."""
+    total = q.sum(axis=1, keepdims=True)
+    zero = total[:, 0] <= 0
+    out = np.divide(q, total, out=np.zeros_like(q), where=total > 0)
+    out[zero] = 1.0 / q.shape[1]
+    return out
+
+
+def _assign_bins(edges: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Bin index of each score for bins ``(e_{b-1}, e_b]``; a score of 0 goes to bin 0."""
+    return np.searchsorted(edges[1:-1], s, side="left")
+
+
+# --------------------------------------------------------------------------- base
+
+
+class Calibrator:
+    """Common base: fitted-state and class-count checks shared by every calibrator.
+
+    Subclasses set ``n_classes_`` in ``fit`` and implement ``_fit`` / ``_predict``.
+    """
+
+    n_classes_: int
+
+    def fit(self: _Cal, logits: ArrayLike, labels: ArrayLike) -> _Cal:
+        """Fit on validation ``logits (N, C)`` and integer ``labels (N,)``; returns self."""
+        z, _ = check_logits(logits, "logits")
+        y = check_labels(labels, z.shape[0], z.shape[1], "labels")
+        _require_two_classes(y, "labels")
+        self._fit(_f64(z), y.to(_work_device(z)))
+        self.n_classes_ = int(z.shape[1])
+        return self
+
+    def predict_proba(self, logits: ArrayLike) -> ArrayLike:
+        """Calibrated probabilities ``(N, C)`` for ``logits (N, C)``."""
+        z, from_numpy = self._check_predict_logits(logits)
+        return _finish(self._predict(_f64(z)), z, from_numpy)
+
+    def transform(self, logits: ArrayLike) -> ArrayLike:
+        """Calibrated logits ``(N, C)``; only for methods that define them."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no calibrated logits; use predict_proba"
+        )
+
+    # -- helpers for subclasses
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "n_classes_"):
+            raise NotFittedError(
+                f"{type(self).__name__} is not fitted yet; call fit(logits, labels) first"
+            )
+
+    def _check_predict_logits(self, logits: ArrayLike) -> tuple[torch.Tensor, bool]:
+        self._check_fitted()
+        z, from_numpy = check_logits(logits, "logits")
+        if z.shape[1] != self.n_classes_:
+            raise ValueError(
+                f"logits has {z.shape[1]} columns but {type(self).__name__} was fitted "
+                f"with {self.n_classes_} classes"
+            )
+        return z, from_numpy
+
+    def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _predict(self, z: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+# --------------------------------------------------------------------------- scaling
+
+
+class _LogitCalibrator(Calibrator):
+    """Calibrators that map logits to logits: ``predict_proba = softmax(transform(z))``."""
+
+    def transform(self, logits: ArrayLike) -> ArrayLike:
+        """Calibrated logits ``(N, C)``."""
+        z, from_numpy = self._check_predict_logits(logits)
+        return _finish(self._logits(_f64(z)), z, from_numpy)
+
+    def _predict(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self._logits(z), dim=1)
+
+    def _logits(self, z: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+class TemperatureScaling(_LogitCalibrator):
+    r"""Temperature scaling (Guo et al. 2017): ``q = softmax(z / T)`` with one ``T > 0``.
+
+    ``selection="nll"`` minimizes the validation NLL
+    :math:`\frac1N\sum_i [\log\sum_j e^{z_{ij}/T} - z_{i,y_i}/T]` over ``log T`` with
+    L-BFGS (strong Wolfe line search) in float64. ``selection="ece"`` instead scans a log
+    grid of T (57 points, then 41 around the best) for the lowest 15-bin validation ECE;
+    among ties the temperature closest to 1 wins.
+
+    ``log T`` is clamped to ``[log 1e-2, log 1e3]`` (:data:`LOG_T_RANGE`) so that the fit
+    stays finite on separable data (NLL -> 0 as T -> 0) and on labels independent of the
+    logits (NLL falls as T -> inf). Dividing by ``T > 0`` never changes the argmax.
+    """
+
+    temperature_: float
+
+    def __init__(self, selection: str = "nll", max_iter: int = 100) -> None:
+        self.selection = check_choice(selection, "selection", ("nll", "ece"))
+        self.max_iter = check_positive_int(max_iter, "max_iter")
+
+    @classmethod
+    def with_temperature(cls, temperature: float, n_classes: int) -> TemperatureScaling:
+        """A ready-to-use calibrator with a given ``temperature`` (no fitting)."""
+        cal = cls()
+        cal.temperature_ = check_positive_float(temperature, "temperature")
+        cal.n_classes_ = check_positive_int(n_classes, "n_classes", minimum=2)
+        return cal
+
+    def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        if self.selection == "nll":
+            self.temperature_ = self._fit_nll(z, y)
+        else:
+            self.temperature_ = self._fit_ece(z, y)
+
+    def _fit_nll(self, z: torch.Tensor, y: torch.Tensor) -> float:
+        lo, hi = LOG_T_RANGE
+        log_t = torch.zeros((), dtype=torch.float64, device=z.device, requires_grad=True)
+        picked = z.gather(1, y[:, None])[:, 0]
+
+        def loss() -> torch.Tensor:
+            # Closed-form gradient (cheaper than autograd): with u = 1/T and p = softmax(u z),
+            # dNLL/du = mean_i(E_p[z_i] - z_{i,y_i}) and du/dlog T = -u; 0 outside the clamp.
+            value = log_t.detach()
+            u = torch.exp(-value.clamp(lo, hi))
+            s = z * u
+            top = s.amax(dim=1, keepdim=True)
+            e = s.sub_(top).exp_()
+            total = e.sum(dim=1)
+            nll = (top[:, 0] + torch.log(total) - picked * u).mean()
+            dnll_du = (torch.linalg.vecdot(e, z) / total - picked).mean()
+            inside = (value >= lo) & (value <= hi)
+            log_t.grad = torch.where(inside, -u * dnll_du, torch.zeros_like(u))
+            return nll
+
+        _lbfgs([log_t], loss, self.max_iter, backward=False)
+        return float(math.exp(min(max(float(log_t.detach()), lo), hi)))
+
+    def _fit_ece(self, z: torch.Tensor, y: torch.Tensor) -> float:
+        from .metrics import ece  # local import: metrics is only needed for this option
+
+        def score(log_ts: np.ndarray) -> np.ndarray:
+            return np.array([float(ece(torch.softmax(z / math.exp(v), dim=1), y)) for v in log_ts])
+
+        lo, hi = LOG_T_RANGE
+        coarse = np.linspace(lo, hi, 57)  # T steps of about 22%
+        errs = score(coarse)
+        k = int(np.argmin(errs))
+        fine = np.linspace(coarse[max(k - 1, 0)], coarse[min(k + 1, 56)], 41)
+        grid = np.concatenate([coarse, fine])
+        errs = np.concatenate([errs, score(fine)])
+        ties = np.flatnonzero(errs <= errs.min() + 1e-12)
+        return float(math.exp(grid[ties[np.argmin(np.abs(grid[ties]))]]))
+
+    def _logits(self, z: torch.Tensor) -> torch.Tensor:
+        return z / self.temperature_
+
+
+class VectorScaling(_LogitCalibrator):
+    r"""Vector scaling: :math:`z \mapsto w \odot z + b` with per-class ``w, b`` (C each).
+
+    Fitted by L-BFGS on the validation NLL in float64, starting from the identity
+    (``w = 1, b = 0``). Fitted ``weight_`` and ``bias_`` are float64 numpy arrays.
+    Unlike temperature scaling it can change the argmax.
+    """
+
+    weight_: np.ndarray
+    bias_: np.ndarray
+
+    def __init__(self, max_iter: int = 200) -> None:
+        self.max_iter = check_positive_int(max_iter, "max_iter")
+
+    def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        c = z.shape[1]
+        w = torch.ones(c, dtype=torch.float64, device=z.device, requires_grad=True)
+        b = torch.zeros(c, dtype=torch.float64, device=z.device, requires_grad=True)
+        _lbfgs([w, b], lambda: F.cross_entropy(z * w + b, y), self.max_iter)
+        self.weight_ = w.detach().cpu().numpy()
+        self.bias_ = b.detach().cpu().numpy()
+
+    def _logits(self, z: torch.Tensor) -> torch.Tensor:
+        w = torch.as_tensor(self.weight_, device=z.device)
+        return z * w + torch.as_tensor(self.bias_, device=z.device)
+
+
+class MatrixScaling(_LogitCalibrator):
+    r"""Matrix scaling: :math:`z \mapsto W z + b` with a full ``C x C`` matrix ``W``.
+
+    Fitted by L-BFGS in float64 from the identity on
+    :math:`\mathrm{NLL} + \lambda \frac{1}{C(C-1)}\sum_{i \ne j} W_{ij}^2
+    + \mu \frac1C \sum_j b_j^2`, the off-diagonal-and-intercept (ODIR) regularizer of
+    Kull et al. (2019), with ``lambda = reg`` and ``mu = bias_reg`` (default: ``reg``).
+    ``reg=0`` is plain matrix scaling, which overfits easily when C is large.
+    """
+
+    weight_: np.ndarray
+    bias_: np.ndarray
+
+    def __init__(self, reg: float = 0.0, bias_reg: float | None = None, max_iter: int = 200):
+        self.reg = _check_nonneg_float(reg, "reg")
+        self.bias_reg = self.reg if bias_reg is None else _check_nonneg_float(bias_reg, "bias_reg")
+        self.max_iter = check_positive_int(max_iter, "max_iter")
+
+    def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        c = z.shape[1]
+        eye = torch.eye(c, dtype=torch.float64, device=z.device)
+        w = eye.clone().requires_grad_(True)
+        b = torch.zeros(c, dtype=torch.float64, device=z.device, requires_grad=True)
+        off = 1.0 - eye
+
+        def loss() -> torch.Tensor:
+            value = F.cross_entropy(z @ w.T + b, y)
+            if self.reg > 0:
+                value = value + self.reg * ((w * off) ** 2).sum() / (c * (c - 1))
+            if self.bias_reg > 0:
+                value = value + self.bias_reg * (b**2).mean()
+            return value
+
+        _lbfgs([w, b], loss, self.max_iter)
+        self.weight_ = w.detach().cpu().numpy()
+        self.bias_ = b.detach().cpu().numpy()
+
+    def _logits(self, z: torch.Tensor) -> torch.Tensor:
+        w = torch.as_tensor(self.weight_, device=z.device)
+        return z @ w.T + torch.as_tensor(self.bias_, device=z.device)
+
+
+class PlattScaling(Calibrator):
+    r"""Platt scaling: :math:`P(y=1 \mid s) = \sigma(a s + b)` on a binary score ``s``.
+
+    Input is either logits ``(N, 2)`` (score ``s = z_1 - z_0``) or a 1-d score ``(N,)``
+    (the logit of the positive class). ``predict_proba`` returns ``(N, 2)`` in both cases
+    and ``predict_positive`` the positive column ``(N,)``. For ``C > 2`` logits it is
+    one-vs-all: class k gets ``sigma(a_k z_k + b_k)`` and the row is renormalized.
+
+    ``a, b`` minimize the cross-entropy by L-BFGS in float64 from ``a = 1, b = 0``.
+    With ``prior_correction=True`` the 0/1 targets are replaced by Platt's (1999)
+    smoothed targets ``(N_+ + 1) / (N_+ + 2)`` and ``1 / (N_- + 2)``, as scikit-learn's
+    ``CalibratedClassifierCV(method="sigmoid")`` does; this keeps ``a`` finite on
+    separable data. ``a_`` and ``b_`` are float64 arrays of length 1 (binary) or C.
+    ``transform`` gives ``[0, a s + b]`` for binary logits (so its softmax is
+    ``predict_proba``), ``a s + b`` for 1-d scores, and log-probabilities for ``C > 2``.
+    """
+
+    a_: np.ndarray
+    b_: np.ndarray
+
+    def __init__(self, prior_correction: bool = False, max_iter: int = 200) -> None:
+        if not isinstance(prior_correction, bool):
+            raise TypeError(
+                f"prior_correction must be a bool, got {type(prior_correction).__name__}"
+            )
+        self.prior_correction = prior_correction
+        self.max_iter = check_positive_int(max_iter, "max_iter")
+
+    # -- input handling: (N,) scores or (N, C) logits
+    @staticmethod
+    def _scores_or_logits(x: ArrayLike, name: str) -> tuple[torch.Tensor, bool, int]:
+        t, _ = as_tensor(x, name)
+        if t.ndim == 1:
+            s, from_numpy = _check_scores(x, name)
+            return s, from_numpy, 2
+        z, from_numpy = check_logits(x, name)
+        return z, from_numpy, int(z.shape[1])
+
+    @staticmethod
+    def _features(x: torch.Tensor) -> torch.Tensor:
+        """Per-column scores ``(N, K)``: K = 1 for binary input, K = C for one-vs-all."""
+        if x.ndim == 1:
+            return x[:, None]
+        if x.shape[1] == 2:
+            return (x[:, 1] - x[:, 0])[:, None]
+        return x
+
+    def fit(self, logits: ArrayLike, labels: ArrayLike) -> PlattScaling:
+        """Fit on ``logits (N, C)`` or binary scores ``(N,)`` and integer ``labels (N,)``."""
+        x, _, c = self._scores_or_logits(logits, "logits")
+        y = check_labels(labels, x.shape[0], c, "labels")
+        _require_two_classes(y, "labels")
+        s = self._features(_f64(x))
+        y = y.to(s.device)
+        k = s.shape[1]
+        if k == 1:
+            t = (y == 1).to(torch.float64)[:, None]
+        else:
+            t = F.one_hot(y, k).to(torch.float64)
+        if self.prior_correction:
+            n_pos = t.sum(dim=0)
+            n_neg = t.shape[0] - n_pos
+            t = torch.where(t > 0, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
+        a = torch.ones(k, dtype=torch.float64, device=s.device, requires_grad=True)
+        b = torch.zeros(k, dtype=torch.float64, device=s.device, requires_grad=True)
+
+        def loss() -> torch.Tensor:
+            u = s * a + b
+            return F.binary_cross_entropy_with_logits(u, t, reduction="sum") / s.shape[0]
+
+        _lbfgs([a, b], loss, self.max_iter)
+        self.a_ = a.detach().cpu().numpy()
+        self.b_ = b.detach().cpu().numpy()
+        self.n_classes_ = c
+        return self
+
+    def _check_input(self, x: ArrayLike, name: str) -> tuple[torch.Tensor, bool]:
+        self._check_fitted()
+        t, from_numpy, c = self._scores_or_logits(x, name)
+        if c != self.n_classes_:
+            kind = "binary scores" if t.ndim == 1 else f"logits with {c} columns"
+            raise ValueError(
+                f"{name} are {kind} but PlattScaling was fitted with {self.n_classes_} classes"
+            )
+        return t, from_numpy
+
+    def _u(self, x: torch.Tensor) -> torch.Tensor:
+        s = self._features(x)
+        a = torch.as_tensor(self.a_, device=s.device)
+        return s * a + torch.as_tensor(self.b_, device=s.device)
+
+    def _proba(self, x: torch.Tensor) -> torch.Tensor:
+        u = self._u(x)
+        if u.shape[1] == 1:
+            return torch.cat([torch.sigmoid(-u), torch.sigmoid(u)], dim=1)
+        q = torch.sigmoid(u).cpu().numpy()
+        return torch.from_numpy(_renormalize(q)).to(u.device)
+
+    def predict_proba(self, logits: ArrayLike) -> ArrayLike:
+        """Calibrated probabilities ``(N, C)`` (``(N, 2)`` for 1-d scores)."""
+        x, from_numpy = self._check_input(logits, "logits")
+        return _finish(self._proba(_f64(x)), x, from_numpy)
+
+    def predict_positive(self, scores: ArrayLike) -> ArrayLike:
+        """Probability of the positive class ``(N,)`` for binary scores or ``(N, 2)`` logits."""
+        x, from_numpy = self._check_input(scores, "scores")
+        if self.n_classes_ != 2:
+            raise ValueError("predict_positive needs a binary fit; use predict_proba")
+        return _finish(torch.sigmoid(self._u(_f64(x))[:, 0]), x, from_numpy)
+
+    def transform(self, logits: ArrayLike) -> ArrayLike:
+        """Calibrated logits: ``[0, a s + b]``, ``a s + b`` for 1-d scores, log-probs for C > 2."""
+        x, from_numpy = self._check_input(logits, "logits")
+        x64 = _f64(x)
+        u = self._u(x64)
+        if x.ndim == 1:
+            out = u[:, 0]
+        elif u.shape[1] == 1:
+            out = torch.cat([torch.zeros_like(u), u], dim=1)
+        else:
+            out = torch.log(self._proba(x64))
+        return _finish(out, x, from_numpy)
+
+
+# --------------------------------------------------------------------------- binning
+
+
+class _BinaryCoreCalibrator(Calibrator):
+    """Calibrators built on a binary map ``p -> q`` of the positive-class probability.
+
+    ``C == 2``: one map on ``softmax(z)_1``. ``C > 2``: one-vs-all, K maps on
+    ``softmax(z)_k`` vs ``1[y = k]``, renormalized (all-zero rows become uniform).
+    ``fit_scores`` / ``predict_scores`` expose the binary core on scores in [0, 1].
+    """
+
+    cores_: list[Any]
+
+    def _fit_core(self, s: np.ndarray, t: np.ndarray) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def _predict_core(self, core: Any, s: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        p = torch.softmax(z, dim=1).cpu().numpy()
+        y_np = y.cpu().numpy()
+        if p.shape[1] == 2:
+            self.cores_ = [self._fit_core(p[:, 1], (y_np == 1).astype(np.float64))]
+        else:
+            self.cores_ = [
+                self._fit_core(p[:, k], (y_np == k).astype(np.float64)) for k in range(p.shape[1])
+            ]
+
+    def _predict(self, z: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(z, dim=1).cpu().numpy()
+        if p.shape[1] == 2:
+            q1 = np.clip(self._predict_core(self.cores_[0], p[:, 1]), 0.0, 1.0)
+            out = np.stack([1.0 - q1, q1], axis=1)
+        else:
+            q = np.stack(
+                [self._predict_core(core, p[:, k]) for k, core in enumerate(self.cores_)], axis=1
+            )
+            out = _renormalize(np.clip(q, 0.0, 1.0))
+        return torch.from_numpy(out).to(z.device)
+
+    def fit_scores(self: _Bin, scores: ArrayLike, targets: ArrayLike) -> _Bin:
+        """Fit the binary core on ``scores (N,)`` in [0, 1] and ``targets (N,)`` in {0, 1}."""
+        s, _ = _check_scores(scores, "scores", unit=True)
+        t = _check_targets(targets, s.shape[0], "targets")
+        _require_two_classes(t, "targets")
+        self.cores_ = [
+            self._fit_core(
+                s.detach().cpu().to(torch.float64).numpy(), t.cpu().numpy().astype(np.float64)
+            )
+        ]
+        self.n_classes_ = 2
+        return self
+
+    def predict_scores(self, scores: ArrayLike) -> ArrayLike:
+        """Calibrated positive-class probability ``(N,)`` for ``scores (N,)`` in [0, 1]."""
+        self._check_fitted()
+        if self.n_classes_ != 2:
+            raise ValueError(
+                f"predict_scores needs a binary fit; this {type(self).__name__} was fitted "
+                f"one-vs-all on {self.n_classes_} classes"
+            )
+        s, from_numpy = _check_scores(scores, "scores", unit=True)
+        q = np.clip(self._predict_core(self.cores_[0], s.detach().cpu().double().numpy()), 0, 1)
+        return _finish(torch.from_numpy(q), s, from_numpy)
+
+
+_Bin = TypeVar("_Bin", bound=_BinaryCoreCalibrator)
+
+
+class HistogramBinning(_BinaryCoreCalibrator):
+    r"""Histogram binning (Zadrozny & Elkan 2001): q = fraction of positives in p's bin.
+
+    ``binning="uniform"``: ``n_bins`` equal-width bins ``(b_{m-1}, b_m]`` on [0, 1] (a
+    score of exactly 0 goes to the first bin, 1.0 to the last). ``"quantile"``: inner
+    edges at the validation scores' quantiles (equal-mass bins), outer edges 0 and 1.
+    A bin that received no validation scores predicts its midpoint.
+    ``cores_`` holds ``(edges, values)`` per binary problem.
+    """
+
+    def __init__(self, n_bins: int = 15, binning: str = "uniform") -> None:
+        self.n_bins = check_positive_int(n_bins, "n_bins")
+        self.binning = check_choice(binning, "binning", ("uniform", "quantile"))
+
+    def _fit_core(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.binning == "uniform":
+            edges = np.linspace(0.0, 1.0, self.n_bins + 1)
+        else:
+            edges = np.quantile(s, np.linspace(0.0, 1.0, self.n_bins + 1))
+            edges[0], edges[-1] = 0.0, 1.0
+            edges = np.maximum.accumulate(edges)
+        idx = _assign_bins(edges, s)
+        counts = np.bincount(idx, minlength=self.n_bins).astype(np.float64)
+        positives = np.bincount(idx, weights=t, minlength=self.n_bins)
+        mids = 0.5 * (edges[:-1] + edges[1:])
+        values = np.divide(positives, counts, out=mids.copy(), where=counts > 0)
+        return edges, values
+
+    def _predict_core(self, core: tuple[np.ndarray, np.ndarray], s: np.ndarray) -> np.ndarray:
+        edges, values = core
+        return values[_assign_bins(edges, s)]
+
+
+class IsotonicCalibration(_BinaryCoreCalibrator):
+    """Isotonic regression (Zadrozny & Elkan 2002): the best non-decreasing step map p -> q.
+
+    Uses ``sklearn.isotonic.IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)``
+    (pool-adjacent-violators, linear interpolation between fitted points, constant outside).
+    ``cores_`` holds the fitted sklearn objects.
+    """
+
+    def _fit_core(self, s: np.ndarray, t: np.ndarray) -> Any:
+        from sklearn.isotonic import IsotonicRegression
+
+        return IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(s, t)
+
+    def _predict_core(self, core: Any, s: np.ndarray) -> np.ndarray:
+        return np.asarray(core.predict(s), dtype=np.float64)
+
+
+class BBQ(_BinaryCoreCalibrator):
+    r"""Bayesian Binning into Quantiles (Naeini, Cooper & Hauskrecht 2015).
+
+    An ensemble of equal-frequency binnings with B bins each. Inner edges sit halfway
+    between the sorted validation scores where the groups meet; outer edges are 0 and 1.
+    Each model M is scored by its marginal likelihood with a Beta prior per bin,
+
+    .. math::
+        \log P(D \mid M) = \sum_b \Big[\log\Gamma(\tfrac{N'}{B}) - \log\Gamma(N_b + \tfrac{N'}{B})
+        + \log\Gamma(m_b + \alpha_b) - \log\Gamma(\alpha_b)
+        + \log\Gamma(n_b + \beta_b) - \log\Gamma(\beta_b)\Big],
+
+    with ``alpha_b = N' p_b / B``, ``beta_b = N' (1 - p_b) / B``, ``p_b`` the bin's midpoint,
+    ``m_b`` / ``n_b`` its positives / negatives and ``N' = prior_strength`` (2 in the paper).
+    A bin predicts its posterior mean ``(m_b + alpha_b) / (N_b + N' / B)`` and BBQ the
+    average of the models' predictions weighted by ``P(D | M)`` (uniform model prior).
+
+    ``n_bins``: the bin counts to use. Default: every B from
+    ``max(1, floor(N^(1/3) / spread))`` to ``min(ceil(spread * N^(1/3)), max(1, N // 5))``
+    (the paper's range around ``N^(1/3)``, with ``spread = 10``; the ``N // 5`` cap keeps
+    about 5 or more scores per bin). ``cores_`` holds ``(weights, [(edges, theta), ...])``.
+    """
+
+    def __init__(
+        self,
+        n_bins: Sequence[int] | None = None,
+        spread: float = 10.0,
+        prior_strength: float = 2.0,
+    ) -> None:
+        if n_bins is not None:
+            if isinstance(n_bins, (int, np.integer)) or len(n_bins) == 0:
+                raise TypeError("n_bins must be a non-empty sequence of ints or None")
+            n_bins = tuple(check_positive_int(b, "n_bins") for b in n_bins)
+        self.n_bins = n_bins
+        self.spread = check_positive_float(spread, "spread")
+        self.prior_strength = check_positive_float(prior_strength, "prior_strength")
+
+    def bin_counts(self, n: int) -> list[int]:
+        """The numbers of bins B used for ``n`` validation scores."""
+        if self.n_bins is not None:
+            return sorted(set(self.n_bins))
+        root = n ** (1.0 / 3.0)
+        lo = max(1, math.floor(root / self.spread))
+        hi = max(lo, min(math.ceil(self.spread * root), max(1, n // 5)))
+        return list(range(lo, hi + 1))
+
+    def _fit_core(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        order = np.argsort(s, kind="stable")
+        ss, ts = s[order], t[order]
+        n = ss.shape[0]
+        cum_pos = np.concatenate([[0.0], np.cumsum(ts)])
+        n_prime = self.prior_strength
+        log_scores, models = [], []
+        for nb in self.bin_counts(n):
+            split = np.round(np.arange(1, nb) * n / nb).astype(np.int64)
+            split = np.clip(split, 1, n - 1) if n > 1 else split[:0]
+            inner = 0.5 * (ss[split - 1] + ss[split])
+            edges = np.concatenate([[0.0], inner, [1.0]])
+            # number of scores <= each edge; bins are (e_{b-1}, e_b], first bin includes 0
+            upto = np.searchsorted(ss, edges, side="right")
+            upto[0], upto[-1] = 0, n
+            n_b = np.diff(upto).astype(np.float64)
+            m_b = np.diff(cum_pos[upto])
+            p_b = 0.5 * (edges[:-1] + edges[1:])
+            alpha = n_prime * p_b / nb
+            beta = n_prime * (1.0 - p_b) / nb
+            a0 = n_prime / nb
+            # empty bins contribute exactly 0; a prior midpoint of 0 or 1 cannot occur
+            log_ml = np.sum(
+                gammaln(a0)
+                - gammaln(n_b + a0)
+                + gammaln(m_b + alpha)
+                - gammaln(alpha)
+                + gammaln(n_b - m_b + beta)
+                - gammaln(beta)
+            )
+            theta = (m_b + alpha) / (n_b + a0)
+            log_scores.append(log_ml)
+            models.append((edges, theta))
+        log_w = np.asarray(log_scores)
+        weights = np.exp(log_w - log_w.max())
+        return weights / weights.sum(), models
+
+    def _predict_core(self, core: tuple[np.ndarray, list[Any]], s: np.ndarray) -> np.ndarray:
+        weights, models = core
+        out = np.zeros_like(s, dtype=np.float64)
+        for w, (edges, theta) in zip(weights, models, strict=True):
+            out += w * theta[_assign_bins(edges, s)]
+        return out
+
+
+# --------------------------------------------------------------------------- registry
+
+#: Name -> calibrator class, for :func:`calibrate` and chapter parameters.
+CALIBRATORS: dict[str, type[Calibrator]] = {
+    "temperature": TemperatureScaling,
+    "vector": VectorScaling,
+    "matrix": MatrixScaling,
+    "platt": PlattScaling,
+    "histogram": HistogramBinning,
+    "isotonic": IsotonicCalibration,
+    "bbq": BBQ,
+}
+
+
+def calibrate(
+    name: str,
+    val_logits: ArrayLike,
+    val_labels: ArrayLike,
+    test_logits: ArrayLike,
+    **kwargs: Any,
+) -> ArrayLike:
+    """Fit calibrator ``name`` (see :data:`CALIBRATORS`) on validation data; return test probs.
+
+    ``kwargs`` go to the calibrator's constructor.
+    """
+    check_choice(name, "name", CALIBRATORS)
+    return CALIBRATORS[name](**kwargs).fit(val_logits, val_labels).predict_proba(test_logits)

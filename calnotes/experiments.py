@@ -1,0 +1,260 @@
+"""A training run described by a plain, JSON-able config dict.
+
+``train_run(default_config(model="resnet20", epochs=30))`` loads the dataset, builds the
+model and loss, trains with :class:`calnotes.training.Trainer` and returns the validation
+and test logits with their metrics. The config holds everything that changes the numbers;
+the device does not belong to it (it changes speed, not the experiment).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from calnotes.training import (
+    EpochCallback,
+    History,
+    Trainer,
+    describe_device,
+    predict_logits,
+    seed_everything,
+    select_device,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "RunResult",
+    "available_losses",
+    "default_config",
+    "make_loss",
+    "register_loss",
+    "train_run",
+]
+
+#: Every key a run config has, with its default.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "dataset": "fashion_mnist",
+    "model": "lenet5",
+    "model_options": {},
+    "loss": "ce",
+    "loss_options": {},
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "schedule": "cosine",
+    "epochs": 10,
+    "batch_size": 128,
+    "augment": False,
+    "val_size": 5000,
+    "train_subset": None,
+    "test_subset": None,
+    "seed": 0,
+    "amp": False,
+}
+
+
+def default_config(**overrides: Any) -> dict[str, Any]:
+    """The full run config: :data:`DEFAULT_CONFIG` updated with ``overrides``.
+
+    Raises ``ValueError`` for an unknown key (listing the valid ones), for ``device``
+    (not part of a config) and ``TypeError`` for a value that is not JSON-able.
+    """
+    unknown = sorted(set(overrides) - set(DEFAULT_CONFIG))
+    if unknown:
+        hint = " (the device is an argument of train_run, not a config key)" if (
+            "device" in unknown) else ""
+        raise ValueError(
+            f"unknown config key(s) {unknown}{hint}; valid keys are {sorted(DEFAULT_CONFIG)}"
+        )
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    config.update(copy.deepcopy(overrides))
+    for key in ("model_options", "loss_options"):
+        if not isinstance(config[key], Mapping):
+            raise TypeError(f"config[{key!r}] must be a dict, got {type(config[key]).__name__}")
+        config[key] = dict(config[key])
+    for key in ("dataset", "model", "loss", "optimizer", "schedule"):
+        if not isinstance(config[key], str):
+            raise TypeError(f"config[{key!r}] must be a str, got {type(config[key]).__name__}")
+    return config
+
+
+# --------------------------------------------------------------------------- loss registry
+
+LossFactory = Callable[..., Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+
+
+def _cross_entropy(label_smoothing: float = 0.0) -> nn.Module:
+    """``CE = -log softmax(z)[y]`` averaged over the batch (optionally label-smoothed)."""
+    return nn.CrossEntropyLoss(label_smoothing=float(label_smoothing))
+
+
+_REGISTRY: dict[str, LossFactory] = {"ce": _cross_entropy}
+
+
+def _library_losses() -> Mapping[str, LossFactory]:
+    """Losses that ``calnotes.losses`` defines (empty if that module is absent)."""
+    try:
+        losses = importlib.import_module("calnotes.losses")
+    except ModuleNotFoundError as err:
+        if err.name != "calnotes.losses":
+            raise
+        return {}
+    return getattr(losses, "LOSSES", {})
+
+
+def available_losses() -> list[str]:
+    """Names :func:`make_loss` accepts."""
+    return sorted(set(_REGISTRY) | set(_library_losses()))
+
+
+def register_loss(name: str, factory: LossFactory, *, overwrite: bool = False) -> None:
+    """Make ``make_loss(name, **options)`` call ``factory(**options)``.
+
+    The factory returns a callable ``loss(logits, labels) -> scalar tensor``. Registering a
+    name that exists raises ``ValueError`` unless ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable, got {type(factory).__name__}")
+    if not overwrite and (name in _REGISTRY or name in _library_losses()):
+        raise ValueError(f"loss {name!r} is already registered; pass overwrite=True to replace it")
+    _REGISTRY[name] = factory
+
+
+def make_loss(name: str, **options: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Build the loss registered as ``name`` with hyperparameters ``options``.
+
+    Names registered here take precedence over those of ``calnotes.losses``. Unknown names
+    raise ``ValueError`` listing the valid ones.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if name in _REGISTRY:
+        factory = _REGISTRY[name]
+        params = inspect.signature(factory).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            accepted = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                             p.KEYWORD_ONLY)]
+            unknown = sorted(set(options) - set(accepted))
+            if unknown:
+                raise ValueError(
+                    f"loss {name!r} got unknown option(s) {unknown}; it accepts {accepted}"
+                )
+        return factory(**options)
+    library = _library_losses()
+    if name in library:
+        losses = importlib.import_module("calnotes.losses")
+        return losses.make_loss(name, **options)
+    raise ValueError(f"unknown loss {name!r}; available losses are {available_losses()}")
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunResult:
+    """What one run produced. Logits are float32 ``(N, C)``, labels int64 ``(N,)``, on CPU.
+
+    ``metrics`` holds ``test_<name>`` and ``val_<name>`` for every column of
+    ``calnotes.metrics.calibration_report``; ``seconds`` is the wall time of training (all
+    sessions, if the run was resumed) plus final evaluation; ``device`` names the device.
+    ``model`` is the trained model (not stored by the run store).
+    """
+
+    config: dict[str, Any]
+    history: History
+    val_logits: torch.Tensor | None
+    val_labels: torch.Tensor | None
+    test_logits: torch.Tensor
+    test_labels: torch.Tensor
+    metrics: dict[str, float]
+    seconds: float
+    device: str
+    model: nn.Module | None = field(default=None, repr=False)
+
+
+def _report(probs: torch.Tensor, labels: torch.Tensor, prefix: str) -> dict[str, float]:
+    from calnotes import metrics
+
+    frame = metrics.calibration_report(probs, labels)
+    row = frame.iloc[0].to_dict()
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        try:
+            out[f"{prefix}_{key}"] = float(value)
+        except (TypeError, ValueError):
+            continue  # non-numeric columns (e.g. a label) are not metrics
+    return out
+
+
+def train_run(
+    config: Mapping[str, Any],
+    device: str | torch.device = "auto",
+    checkpoint_dir: str | None = None,
+    progress: bool = True,
+    epoch_callback: EpochCallback | None = None,
+) -> RunResult:
+    """Train and evaluate the run ``config`` describes (missing keys take their defaults).
+
+    With ``checkpoint_dir`` an interrupted run resumes where it stopped. ``epoch_callback``
+    is passed to the :class:`~calnotes.training.Trainer` (it may add history columns).
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    cfg = default_config(**config)
+    data = importlib.import_module("calnotes.data")
+    models = importlib.import_module("calnotes.models")
+    dev = select_device(device)
+    seed_everything(cfg["seed"])
+
+    splits = data.load_dataset(
+        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
+        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
+    )
+    train_loader, val_loader, test_loader = data.make_loaders(
+        splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
+    )
+    torch.manual_seed(cfg["seed"])  # model init independent of what data loading drew
+    model = models.build_model(
+        cfg["model"], splits.num_classes, splits.in_channels, splits.image_size,
+        **cfg["model_options"],
+    )
+    trainer = Trainer(
+        model, make_loss(cfg["loss"], **cfg["loss_options"]),
+        optimizer=cfg["optimizer"], lr=cfg["lr"], momentum=cfg["momentum"],
+        weight_decay=cfg["weight_decay"], schedule=cfg["schedule"], epochs=cfg["epochs"],
+        device=dev, amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
+        progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback,
+    )
+    has_val = val_loader is not None and _nonempty(val_loader)
+    history = trainer.fit(train_loader, val_loader if has_val else None)
+
+    start = time.perf_counter()
+    val_logits, val_labels = predict_logits(model, val_loader) if has_val else (None, None)
+    test_logits, test_labels = predict_logits(model, test_loader)
+    metrics = _report(torch.softmax(test_logits, dim=1), test_labels, "test")
+    if val_logits is not None and val_labels is not None:
+        metrics.update(_report(torch.softmax(val_logits, dim=1), val_labels, "val"))
+    seconds = sum(s or 0.0 for s in history["seconds"]) + time.perf_counter() - start
+    return RunResult(
+        config=cfg, history=history, val_logits=val_logits, val_labels=val_labels,
+        test_logits=test_logits, test_labels=test_labels, metrics=metrics, seconds=seconds,
+        device=describe_device(dev), model=model,
+    )
+
+
+def _nonempty(loader: Any) -> bool:
+    try:
+        return len(loader) > 0
+    except TypeError:
+        return True

@@ -1,0 +1,672 @@
+"""Training loop: :class:`Trainer` (progress bar, atomic checkpoints, exact resume),
+:func:`predict_logits` and the per-epoch :class:`History`.
+
+A *loader* is any iterable of ``(x, y)`` batches (``x`` float ``(B, ...)``, ``y`` int64
+``(B,)``). If it has ``set_epoch(epoch)`` the trainer calls it with the 0-based epoch index
+before each epoch, so shuffling and augmentation depend only on ``(seed, epoch)``; together
+with the RNG states stored in each checkpoint this makes a resumed run end with exactly the
+same parameters and history as an uninterrupted one (on CPU; cuDNN kernels may differ).
+
+The default loss is cross-entropy, ``L = -(1/B) sum_i log softmax(z_i)[y_i]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from calnotes._checks import check_choice, check_positive_float, check_positive_int
+
+__all__ = [
+    "History",
+    "Trainer",
+    "describe_device",
+    "predict_logits",
+    "seed_everything",
+    "select_device",
+]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+EpochCallback = Callable[[int, "Trainer", dict], None]
+
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("cosine", "step", "none")
+#: Number of equal-width bins of the validation ECE recorded each epoch.
+VAL_ECE_BINS = 15
+CHECKPOINT_NAME = "last.pt"
+_CHECKPOINT_FORMAT = 1
+
+
+# --------------------------------------------------------------------------- devices, seeds
+
+
+def select_device(device: str | torch.device = "auto") -> torch.device:
+    """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU.
+
+    Raises ``ValueError`` for an unknown device string or a CUDA/MPS device that is not
+    available, ``TypeError`` for anything that is neither a string nor a ``torch.device``.
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        if device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            dev = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(
+                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
+            ) from err
+    else:
+        raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(dev)!r} was requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {str(dev)!r} does not exist: {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError("device 'mps' was requested but MPS is not available")
+    elif dev.type != "cpu":
+        raise ValueError(f"device must be a CPU, CUDA or MPS device, got {str(dev)!r}")
+    return dev
+
+
+def describe_device(device: str | torch.device) -> str:
+    """Human-readable device name, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"``."""
+    dev = select_device(device)
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return str(dev)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global RNG and torch (CPU and every CUDA device)."""
+    seed = check_positive_int(seed, "seed", minimum=0)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (the global RNG is what legacy code uses)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _plain(value: Any) -> Any:
+    """Turn tensors and NumPy scalars into plain Python numbers (JSON-able)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"history values must be scalars, got a tensor of shape {tuple(value.shape)}"
+            )
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class History:
+    """Per-epoch training records, one dict per epoch.
+
+    Standard keys: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``, ``val_loss``
+    (NLL), ``val_ece`` (15 bins), ``val_acc``, ``val_logit_norm`` (mean ``||z||_2``) and
+    ``seconds`` (wall time); an ``epoch_callback`` may add more. ``history["val_ece"]``
+    is the column as a list (``None`` where an epoch lacks the key).
+    """
+
+    #: Keys that measure wall time and so differ between otherwise identical runs.
+    TIME_KEYS: tuple[str, ...] = ("seconds",)
+
+    def __init__(self, records: Iterable[Mapping[str, Any]] | None = None) -> None:
+        self.records: list[dict[str, Any]] = []
+        for record in records or ():
+            self.append(record)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Add one epoch's record (a mapping of str keys to scalars)."""
+        if not isinstance(record, Mapping):
+            raise TypeError(f"record must be a mapping, got {type(record).__name__}")
+        clean: dict[str, Any] = {}
+        for key, value in record.items():
+            if not isinstance(key, str):
+                raise TypeError(f"record keys must be str, got {key!r}")
+            clean[key] = _plain(value)
+        self.records.append(clean)
+
+    @property
+    def columns(self) -> list[str]:
+        """All keys, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for record in self.records:
+            seen.update(dict.fromkeys(record))
+        return list(seen)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+    def __getitem__(self, key: str) -> list[Any]:
+        if not isinstance(key, str):
+            raise TypeError(f"History columns are indexed by str, got {type(key).__name__}")
+        if key not in self.columns:
+            raise KeyError(f"no column {key!r} in history; columns are {self.columns}")
+        return [record.get(key) for record in self.records]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, History) and self.records == other.records
+
+    def __repr__(self) -> str:
+        return f"History({len(self)} epochs, columns={self.columns})"
+
+    def without_timing(self) -> list[dict[str, Any]]:
+        """Records without the wall-time keys: equal for runs that trained identically."""
+        return [{k: v for k, v in r.items() if k not in self.TIME_KEYS} for r in self.records]
+
+    def to_frame(self):  # -> pandas.DataFrame
+        """The records as a ``pandas.DataFrame`` (one row per epoch)."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.records, columns=self.columns or None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form; :meth:`from_dict` inverts it."""
+        return {"records": [dict(r) for r in self.records]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> History:
+        if not isinstance(data, Mapping) or "records" not in data:
+            raise ValueError("data must be a mapping with a 'records' list (from History.to_dict)")
+        return cls(data["records"])
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def _iter_batches(loader: Iterable, name: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for batch in loader:
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise ValueError(f"{name} must yield (x, y) pairs, got {type(batch).__name__}")
+        x, y = batch
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            raise TypeError(f"{name} must yield torch tensors (x, y)")
+        yield x, y
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def _collect_logits(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    loader: Iterable,
+    device: torch.device,
+    *,
+    amp: bool = False,
+    channels_last: bool = False,
+    name: str = "loader",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenated float32 logits and int64 labels, left on ``device``."""
+    chunks, labels = [], []
+    with torch.no_grad():
+        for x, y in _iter_batches(loader, name):
+            x = x.to(device, non_blocking=True)
+            if channels_last and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with _autocast(device, amp):
+                out = forward(x)
+            chunks.append(out.float())
+            labels.append(y.to(device, non_blocking=True).long())
+    if not chunks:
+        raise ValueError(f"{name} yielded no batches")
+    return torch.cat(chunks), torch.cat(labels)
+
+
+def predict_logits(
+    model: nn.Module, loader: Iterable, device: str | torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of ``model`` on every batch of ``loader``.
+
+    Runs in eval mode without gradients and restores the model's previous mode. ``device``
+    (default: where the model's parameters are) is where batches are moved. Only loaders
+    are accepted; wrap raw images in a loader (see ``calnotes.data.make_loaders``).
+
+    Returns ``(logits float32 (N, C), labels int64 (N,))``, both on the CPU.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    dev = _model_device(model) if device is None else select_device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        logits, labels = _collect_logits(model, loader, dev)
+    finally:
+        model.train(was_training)
+    if logits.ndim != 2:
+        raise ValueError(f"model must output (B, C) logits, got shape {tuple(logits.shape[1:])}")
+    return logits.cpu(), labels.cpu()
+
+
+def _autocast(device: torch.device, enabled: bool):
+    if not enabled:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file in the same folder, then ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _rng_state() -> dict[str, Any]:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()  # noqa: NPY002
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state(  # noqa: NPY002
+        (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
+    )
+    random.setstate(state["python"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def _loss_name(loss_fn: Any) -> str:
+    """Identify a loss for the checkpoint fingerprint (function/class name, module repr)."""
+    target = getattr(loss_fn, "func", loss_fn)  # unwrap functools.partial
+    kind = target if hasattr(target, "__qualname__") else type(target)
+    name = f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+    if isinstance(loss_fn, nn.Module):
+        name += f" {loss_fn!r}"
+    return name
+
+
+class Trainer:
+    """Mini-batch training with validation, progress bar and resumable checkpoints.
+
+    Each epoch: ``loader.set_epoch(e)`` (0-based), one pass of ``loss_fn(model(x), y)``
+    with the chosen optimizer, validation (NLL, ECE with 15 bins, accuracy of
+    ``softmax(z)``), ``epoch_callback(epoch, trainer, record)`` (1-based ``epoch``; it may
+    add keys to ``record``), a scheduler step, and, with ``checkpoint_dir``, an atomic
+    checkpoint ``checkpoint_dir/last.pt``. ``fit`` resumes from that checkpoint when it
+    exists and refuses one written with a different configuration.
+
+    Schedules: ``"cosine"`` is ``lr_e = lr (1 + cos(pi e / E)) / 2`` for epoch ``e`` of
+    ``E``; ``"step"`` multiplies by ``gamma`` at each milestone (epochs, or fractions of
+    ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
+    ``amp`` (bfloat16 autocast) and ``channels_last`` apply on CUDA only; on other devices
+    they are ignored with a warning.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn | None = None,
+        *,
+        optimizer: str = "sgd",
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        nesterov: bool = False,
+        weight_decay: float = 5e-4,
+        schedule: str = "cosine",
+        milestones: Sequence[float] | None = None,
+        gamma: float = 0.1,
+        epochs: int = 30,
+        device: str | torch.device = "auto",
+        amp: bool = False,
+        channels_last: bool = False,
+        compile: bool = False,
+        checkpoint_dir: str | os.PathLike | None = None,
+        progress: bool = True,
+        seed: int = 0,
+        epoch_callback: EpochCallback | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(
+                f"loss_fn must be callable(logits, labels), got {type(loss_fn).__name__}"
+            )
+        if epoch_callback is not None and not callable(epoch_callback):
+            raise TypeError("epoch_callback must be callable(epoch, trainer, record)")
+        for flag, value in [("nesterov", nesterov), ("amp", amp), ("channels_last", channels_last),
+                            ("compile", compile), ("progress", progress)]:
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
+        self.optimizer_name = check_choice(optimizer, "optimizer", OPTIMIZERS)
+        self.schedule = check_choice(schedule, "schedule", SCHEDULES)
+        self.lr = check_positive_float(lr, "lr")
+        self.momentum = _check_nonnegative(momentum, "momentum")
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be < 1, got {self.momentum}")
+        if nesterov and (self.optimizer_name != "sgd" or self.momentum == 0):
+            raise ValueError("nesterov=True needs optimizer='sgd' with momentum > 0")
+        self.nesterov = nesterov
+        self.weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+        self.gamma = check_positive_float(gamma, "gamma")
+        self.epochs = check_positive_int(epochs, "epochs")
+        self.seed = check_positive_int(seed, "seed", minimum=0)
+        self.milestones = self._resolve_milestones(milestones)
+        self.device = select_device(device)
+
+        on_cuda = self.device.type == "cuda"
+        for flag, value in [("amp", amp), ("channels_last", channels_last)]:
+            if value and not on_cuda:
+                warnings.warn(f"{flag}=True is ignored on device {self.device}", UserWarning,
+                              stacklevel=2)
+        self.amp = amp and on_cuda
+        self.channels_last = channels_last and on_cuda
+        self.progress = progress
+        self.epoch_callback = epoch_callback
+        self.loss_fn: LossFn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+
+        self.model = model.to(self.device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self._forward: Callable[[torch.Tensor], torch.Tensor] = self.model
+        if compile:
+            if hasattr(torch, "compile"):
+                self._forward = torch.compile(self.model)
+            else:
+                warnings.warn("compile=True is ignored: torch.compile is unavailable", UserWarning,
+                              stacklevel=2)
+        self.optimizer = self._make_optimizer()
+        self.scheduler = self._make_scheduler()
+        self.history = History()
+        #: Number of completed epochs.
+        self.epoch = 0
+
+    # ------------------------------------------------------------------ construction
+
+    def _resolve_milestones(self, milestones: Sequence[float] | None) -> tuple[int, ...]:
+        if self.schedule != "step":
+            if milestones is not None:
+                raise ValueError("milestones only apply to schedule='step'")
+            return ()
+        if milestones is None:
+            milestones = (0.5, 0.75)
+        if isinstance(milestones, (str, bytes)) or not isinstance(milestones, Sequence):
+            raise TypeError("milestones must be a sequence of epochs or fractions of epochs")
+        resolved = []
+        for m in milestones:
+            if isinstance(m, bool) or not isinstance(m, (int, float, np.integer, np.floating)):
+                raise TypeError(f"milestones must hold numbers, got {m!r}")
+            if isinstance(m, (float, np.floating)) and 0 < m < 1:
+                epoch = max(1, round(float(m) * self.epochs))
+            elif float(m) == int(m) and 1 <= m <= self.epochs:
+                epoch = int(m)
+            else:
+                raise ValueError(
+                    f"milestones must be fractions in (0, 1) or epochs in [1, {self.epochs}], "
+                    f"got {m!r}"
+                )
+            resolved.append(epoch)
+        if any(b <= a for a, b in zip(resolved, resolved[1:], strict=False)):
+            raise ValueError(f"milestones must be strictly increasing, got {list(milestones)}")
+        return tuple(resolved)
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("model has no trainable parameters")
+        if self.optimizer_name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
+                                   nesterov=self.nesterov, weight_decay=self.weight_decay)
+        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def _make_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
+        if self.schedule == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=self.epochs)
+        if self.schedule == "step":
+            return torch.optim.lr_scheduler.MultiStepLR(
+                self.optimizer, milestones=list(self.milestones), gamma=self.gamma
+            )
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The configuration a checkpoint must match to be resumed (JSON-able)."""
+        return {
+            "model": type(self.model).__qualname__,
+            "parameters": [[n, list(p.shape)] for n, p in self.model.named_parameters()],
+            "loss_fn": _loss_name(self.loss_fn),
+            "optimizer": self.optimizer_name,
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "nesterov": self.nesterov,
+            "weight_decay": self.weight_decay,
+            "schedule": self.schedule,
+            "milestones": list(self.milestones),
+            "gamma": self.gamma,
+            "epochs": self.epochs,
+            "amp": self.amp,
+            "seed": self.seed,
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / CHECKPOINT_NAME
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoint_dir/last.pt`` atomically (temporary file + ``os.replace``)."""
+        path = self.checkpoint_path
+        if path is None:
+            raise ValueError("checkpoint_dir was not given")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fingerprint = self.fingerprint()
+        state = {
+            "format": _CHECKPOINT_FORMAT,
+            "fingerprint": fingerprint,
+            "fingerprint_sha256": _sha256(fingerprint),
+            "epoch": self.epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "history": self.history.to_dict(),
+            "rng": _rng_state(),
+        }
+        _atomic_torch_save(state, path)
+        return path
+
+    def _load_checkpoint(self, path: Path) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.get("format") != _CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a calnotes checkpoint (format {state.get('format')})")
+        mine = self.fingerprint()
+        if state["fingerprint_sha256"] != _sha256(mine):
+            theirs = state["fingerprint"]
+            diff = [
+                f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}"
+                for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)
+            ]
+            raise ValueError(
+                f"checkpoint {path} was written with a different configuration "
+                f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.history = History.from_dict(state["history"])
+        self.epoch = int(state["epoch"])
+        _set_rng_state(state["rng"])
+
+    # ------------------------------------------------------------------ training
+
+    def fit(self, train_loader: Iterable, val_loader: Iterable | None = None) -> History:
+        """Train until ``epochs`` epochs are done and return the :class:`History`.
+
+        With ``checkpoint_dir`` and an existing ``last.pt`` the run resumes from it (model,
+        optimizer, scheduler, history and RNG states). A fresh run first seeds torch's
+        global RNG with ``seed`` (dropout and other in-model randomness).
+        """
+        from tqdm.auto import tqdm
+
+        path = self.checkpoint_path
+        if path is not None and path.exists():
+            self._load_checkpoint(path)
+        elif self.epoch == 0:
+            torch.manual_seed(self.seed)
+        if self.epoch >= self.epochs:
+            return self.history
+        try:
+            n_batches: int | None = len(train_loader)  # type: ignore[arg-type]
+        except TypeError:
+            n_batches = None
+
+        bar = tqdm(total=self.epochs, initial=self.epoch, desc="epochs", unit="epoch",
+                   disable=not self.progress, dynamic_ncols=True)
+        try:
+            while self.epoch < self.epochs:
+                record = self._run_epoch(train_loader, val_loader, n_batches, tqdm)
+                bar.update(1)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in record.items()
+                                 if k in ("train_loss", "val_loss", "val_acc", "val_ece")})
+        finally:
+            bar.close()
+        return self.history
+
+    def _run_epoch(self, train_loader, val_loader, n_batches, tqdm) -> dict[str, Any]:
+        index = self.epoch  # 0-based
+        start = time.perf_counter()
+        if hasattr(train_loader, "set_epoch"):
+            train_loader.set_epoch(index)
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.model.train()
+        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        correct = torch.zeros((), device=self.device, dtype=torch.int64)
+        seen = 0
+        batches = tqdm(_iter_batches(train_loader, "train_loader"), total=n_batches, leave=False,
+                       desc=f"epoch {index + 1}/{self.epochs}", disable=not self.progress,
+                       dynamic_ncols=True)
+        for x, y in batches:
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            if self.channels_last and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with _autocast(self.device, self.amp):
+                logits = self._forward(x)
+            logits = logits.float()
+            loss = self.loss_fn(logits, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            n = y.shape[0]
+            loss_sum += loss.detach().double() * n
+            correct += (logits.detach().argmax(dim=1) == y).sum()
+            seen += n
+        if seen == 0:
+            raise ValueError("train_loader yielded no batches")
+        train_loss, n_correct = torch.stack([loss_sum, correct.double()]).tolist()  # one sync
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(
+                f"training diverged: train loss is {train_loss} in epoch {index + 1}; "
+                "lower lr or check the loss"
+            )
+        record: dict[str, Any] = {
+            "epoch": index + 1,
+            "lr": lr,
+            "train_loss": train_loss / seen,
+            "train_acc": n_correct / seen,
+        }
+        if val_loader is not None:
+            record.update(self.validate(val_loader))
+        record["seconds"] = time.perf_counter() - start
+        if self.epoch_callback is not None:
+            self.epoch_callback(index + 1, self, record)
+            record["seconds"] = time.perf_counter() - start
+        self.history.append(record)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.epoch = index + 1
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint()
+        return record
+
+    def validate(self, loader: Iterable) -> dict[str, float]:
+        """``val_loss`` (NLL), ``val_ece`` (15 bins), ``val_acc`` and ``val_logit_norm``.
+
+        Computed on ``softmax(z)`` of the whole loader in eval mode; the train/eval mode of
+        the model is restored afterwards.
+        """
+        from calnotes import metrics
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            logits, labels = _collect_logits(self._forward, loader, self.device, amp=self.amp,
+                                             channels_last=self.channels_last, name="val_loader")
+        finally:
+            self.model.train(was_training)
+        probs = torch.softmax(logits, dim=1)
+        values = torch.stack([
+            torch.as_tensor(metrics.nll(probs, labels), dtype=torch.float64, device=self.device),
+            torch.as_tensor(metrics.ece(probs, labels, n_bins=VAL_ECE_BINS), dtype=torch.float64,
+                            device=self.device),
+            1 - torch.as_tensor(metrics.error(probs, labels), dtype=torch.float64,
+                                device=self.device),
+            logits.double().norm(dim=1).mean(),
+        ]).tolist()
+        return dict(zip(("val_loss", "val_ece", "val_acc", "val_logit_norm"), values, strict=True))
+
+
+def _check_nonnegative(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def _sha256(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

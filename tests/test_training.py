@@ -1,0 +1,446 @@
+"""Tests of calnotes.training: Trainer, History, predict_logits, exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from calnotes.training import (
+    History,
+    Trainer,
+    predict_logits,
+    seed_everything,
+    select_device,
+)
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+
+class TensorLoader:
+    """Minimal loader with the calnotes interface: (x, y) batches, len(), set_epoch()."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int = 32,
+                 shuffle: bool = True, seed: int = 0) -> None:
+        self.x, self.y = x, y
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.y) / self.batch_size)
+
+    def __iter__(self):
+        n = len(self.y)
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(1000 * self.seed + self.epoch)
+            order = torch.randperm(n, generator=gen)
+        else:
+            order = torch.arange(n)
+        for i in range(0, n, self.batch_size):
+            idx = order[i : i + self.batch_size]
+            yield self.x[idx], self.y[idx]
+
+
+def blobs(n: int = 240, classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Separable Gaussian blobs shaped as 1x4x4 images."""
+    gen = torch.Generator().manual_seed(seed)
+    centers = 2.0 * torch.randn(classes, 1, 4, 4, generator=gen)
+    y = torch.arange(n) % classes
+    x = centers[y] + 0.5 * torch.randn(n, 1, 4, 4, generator=gen)
+    return x, y
+
+
+def tiny_model(classes: int = 3, seed: int = 0) -> nn.Module:
+    """MLP with dropout and batch norm: exercises the RNG and buffers in a resume."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(16, 24), nn.BatchNorm1d(24), nn.ReLU(), nn.Dropout(0.3),
+        nn.Linear(24, classes),
+    )
+
+
+def make_loaders(seed: int = 0) -> tuple[TensorLoader, TensorLoader]:
+    x, y = blobs(seed=seed)
+    return TensorLoader(x[:180], y[:180], seed=seed), TensorLoader(x[180:], y[180:], shuffle=False)
+
+
+def params(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+KW = dict(lr=0.05, epochs=4, device="cpu", progress=False, seed=3)
+
+
+# --------------------------------------------------------------------------- devices, seeds
+
+
+def test_select_device() -> None:
+    assert select_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert select_device("auto").type == expected
+    assert select_device(torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match="device"):
+        select_device("tpu-9000")
+    with pytest.raises(TypeError, match="device"):
+        select_device(3)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            select_device("cuda")
+
+
+def test_seed_everything_repeats_draws() -> None:
+    seed_everything(7)
+    a = (torch.rand(3), np.random.rand(3))  # noqa: NPY002
+    seed_everything(7)
+    b = (torch.rand(3), np.random.rand(3))  # noqa: NPY002
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    with pytest.raises(ValueError, match="seed"):
+        seed_everything(-1)
+
+
+# --------------------------------------------------------------------------- history
+
+
+def test_history_columns_frame_and_json_round_trip() -> None:
+    h = History()
+    h.append({"epoch": 1, "train_loss": torch.tensor(0.5), "val_ece": np.float32(0.25)})
+    h.append({"epoch": 2, "train_loss": 0.25, "val_ece": 0.125, "logit_norm": 3.0})
+    assert len(h) == 2
+    assert h["train_loss"] == [0.5, 0.25]
+    assert h["logit_norm"] == [None, 3.0]
+    assert h.columns == ["epoch", "train_loss", "val_ece", "logit_norm"]
+    frame = h.to_frame()
+    assert list(frame.columns) == h.columns and len(frame) == 2
+    again = History.from_dict(json.loads(json.dumps(h.to_dict())))
+    assert again == h
+    with pytest.raises(KeyError, match="nope"):
+        h["nope"]
+    with pytest.raises(TypeError, match="record"):
+        h.append([1, 2])
+    with pytest.raises(ValueError, match="records"):
+        History.from_dict({"epochs": []})
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"optimizer": "rmsprop"}, ValueError, "optimizer"),
+        ({"schedule": "linear"}, ValueError, "schedule"),
+        ({"epochs": 0}, ValueError, "epochs"),
+        ({"epochs": 2.5}, TypeError, "epochs"),
+        ({"lr": 0.0}, ValueError, "lr"),
+        ({"lr": -1.0}, ValueError, "lr"),
+        ({"lr": float("nan")}, ValueError, "lr"),
+        ({"momentum": -0.1}, ValueError, "momentum"),
+        ({"momentum": 1.0}, ValueError, "momentum"),
+        ({"weight_decay": -1e-4}, ValueError, "weight_decay"),
+        ({"gamma": 0.0}, ValueError, "gamma"),
+        ({"seed": -1}, ValueError, "seed"),
+        ({"nesterov": True, "momentum": 0.0}, ValueError, "nesterov"),
+        ({"nesterov": True, "optimizer": "adam"}, ValueError, "nesterov"),
+        ({"milestones": [0.5]}, ValueError, "milestones"),
+        ({"schedule": "step", "milestones": [3, 2]}, ValueError, "milestones"),
+        ({"schedule": "step", "milestones": [99]}, ValueError, "milestones"),
+        ({"schedule": "step", "milestones": "1,2"}, TypeError, "milestones"),
+        ({"device": "quantum"}, ValueError, "device"),
+        ({"amp": "yes"}, TypeError, "amp"),
+        ({"progress": 1}, TypeError, "progress"),
+        ({"epoch_callback": 5}, TypeError, "epoch_callback"),
+    ],
+)
+def test_trainer_rejects_bad_arguments(kwargs, error, match) -> None:
+    args = {"device": "cpu", "progress": False, **kwargs}
+    with pytest.raises(error, match=match):
+        Trainer(tiny_model(), **args)
+
+
+def test_trainer_rejects_bad_model_and_loss() -> None:
+    with pytest.raises(TypeError, match="model"):
+        Trainer("not a model", device="cpu")
+    with pytest.raises(TypeError, match="loss_fn"):
+        Trainer(tiny_model(), "ce", device="cpu")
+    with pytest.raises(ValueError, match="trainable"):
+        Trainer(nn.ReLU(), device="cpu")
+
+
+def test_cuda_only_flags_warn_on_cpu() -> None:
+    with pytest.warns(UserWarning, match="amp"):
+        trainer = Trainer(tiny_model(), amp=True, device="cpu", progress=False)
+    assert trainer.amp is False
+    with pytest.warns(UserWarning, match="channels_last"):
+        trainer = Trainer(tiny_model(), channels_last=True, device="cpu", progress=False)
+    assert trainer.channels_last is False
+
+
+@pytest.mark.parametrize(
+    ("schedule", "milestones", "expected"),
+    [
+        ("none", None, [0.1, 0.1, 0.1, 0.1]),
+        ("step", [0.5, 0.75], [0.1, 0.1, 0.01, 0.001]),
+        ("step", [1, 3], [0.1, 0.01, 0.01, 0.001]),
+        ("cosine", None, [0.1 * (1 + math.cos(math.pi * e / 4)) / 2 for e in range(4)]),
+    ],
+)
+def test_learning_rate_schedules(schedule, milestones, expected) -> None:
+    train, _ = make_loaders()
+    trainer = Trainer(tiny_model(), lr=0.1, epochs=4, schedule=schedule, milestones=milestones,
+                      device="cpu", progress=False)
+    history = trainer.fit(train)
+    assert history["lr"] == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_trainer_learns_sklearn_digits() -> None:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    x = (x - x.mean()) / x.std()
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x, y = x[perm], y[perm]
+    train = TensorLoader(x[:1400], y[:1400], batch_size=64)
+    val = TensorLoader(x[1400:], y[1400:], batch_size=256, shuffle=False)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    history = Trainer(model, lr=0.05, epochs=5, device="cpu", progress=False).fit(train, val)
+    assert len(history) == 5
+    assert history["epoch"] == [1, 2, 3, 4, 5]
+    assert history["val_acc"][-1] > 0.9  # chance is 0.1
+    assert history["train_loss"][-1] < history["train_loss"][0]
+    for key in ("lr", "train_loss", "train_acc", "val_loss", "val_ece", "val_acc",
+                "val_logit_norm", "seconds"):
+        assert all(isinstance(v, float) and math.isfinite(v) for v in history[key]), key
+    assert all(0 <= v <= 1 for v in history["val_ece"] + history["train_acc"])
+    assert model.training
+
+
+def test_validation_metrics_match_metrics_module() -> None:
+    from calnotes import metrics
+
+    train, val = make_loaders()
+    trainer = Trainer(tiny_model(), epochs=1, device="cpu", progress=False)
+    record = trainer.fit(train, val).records[-1]
+    logits, labels = predict_logits(trainer.model, val)
+    probs = torch.softmax(logits, dim=1)
+    assert record["val_loss"] == pytest.approx(float(metrics.nll(probs, labels)), rel=1e-5)
+    assert record["val_ece"] == pytest.approx(float(metrics.ece(probs, labels, n_bins=15)),
+                                              abs=1e-6)
+    assert record["val_acc"] == pytest.approx(1 - float(metrics.error(probs, labels)))
+    assert record["val_logit_norm"] == pytest.approx(float(logits.norm(dim=1).mean()), rel=1e-5)
+
+
+def test_epoch_callback_adds_columns_and_custom_loss() -> None:
+    calls = []
+
+    def callback(epoch, trainer, record):
+        calls.append(epoch)
+        with torch.no_grad():
+            record["weight_norm"] = float(sum(p.norm() ** 2 for p in trainer.model.parameters()))
+
+    def loss_fn(logits, labels):
+        return nn.functional.cross_entropy(logits, labels, label_smoothing=0.1)
+
+    train, _ = make_loaders()
+    history = Trainer(tiny_model(), loss_fn, optimizer="adam", lr=1e-2, epochs=3, device="cpu",
+                      progress=False, epoch_callback=callback).fit(train)
+    assert calls == [1, 2, 3]
+    assert len(history["weight_norm"]) == 3
+    assert "val_loss" not in history.columns
+
+
+def test_divergence_is_reported() -> None:
+    def nan_loss(logits, labels):
+        return logits.sum() * float("nan")
+
+    train, _ = make_loaders()
+    with pytest.raises(FloatingPointError, match="diverged"):
+        Trainer(tiny_model(), nan_loss, epochs=1, device="cpu", progress=False).fit(train)
+
+
+def test_progress_bar_output(capsys) -> None:
+    train, _ = make_loaders()
+    Trainer(tiny_model(), epochs=1, device="cpu", progress=True).fit(train)
+    assert "epoch" in capsys.readouterr().err
+    Trainer(tiny_model(), epochs=1, device="cpu", progress=False).fit(train)
+    assert capsys.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------- predict_logits
+
+
+class ModeRecorder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 3)
+        self.modes: list[bool] = []
+        self.grad: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.modes.append(self.training)
+        self.grad.append(torch.is_grad_enabled())
+        return self.linear(x.flatten(1))
+
+
+@pytest.mark.parametrize("start_training", [True, False])
+def test_predict_logits_shapes_and_modes(start_training: bool) -> None:
+    x, y = blobs(n=50)
+    model = ModeRecorder().train(start_training)
+    logits, labels = predict_logits(model, TensorLoader(x, y, batch_size=16, shuffle=False))
+    assert logits.shape == (50, 3) and logits.dtype == torch.float32
+    assert labels.dtype == torch.int64 and torch.equal(labels, y)
+    assert logits.device.type == "cpu" and labels.device.type == "cpu"
+    assert model.modes == [False] * 4 and model.grad == [False] * 4
+    assert model.training is start_training
+    with torch.no_grad():
+        assert torch.allclose(logits, model.linear(x.flatten(1)))
+
+
+def test_predict_logits_rejects_bad_input() -> None:
+    x, y = blobs(n=10)
+    with pytest.raises(TypeError, match="model"):
+        predict_logits(lambda t: t, TensorLoader(x, y))
+    with pytest.raises(ValueError, match="no batches"):
+        predict_logits(ModeRecorder(), [])
+    with pytest.raises(ValueError, match="pairs"):
+        predict_logits(ModeRecorder(), [x])
+
+
+# --------------------------------------------------------------------------- checkpoints, resume
+
+
+def test_resume_after_exception_is_bit_identical(tmp_path: Path) -> None:
+    train, val = make_loaders()
+    full = Trainer(tiny_model(), **KW)
+    expected = full.fit(train, val)
+
+    class Interrupt(Exception):
+        pass
+
+    def crash(epoch, trainer, record):
+        if epoch == 3:  # the epoch-2 checkpoint is on disk; epoch 3 is lost
+            raise Interrupt
+
+    train, val = make_loaders()
+    with pytest.raises(Interrupt):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path, epoch_callback=crash, **KW).fit(train, val)
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["epoch"] == 2
+    torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
+
+    train, val = make_loaders()
+    resumed = Trainer(tiny_model(seed=99), checkpoint_dir=tmp_path, **KW)
+    history = resumed.fit(train, val)
+    assert_same_state(params(resumed.model), params(full.model))
+    assert history.without_timing() == expected.without_timing()
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary files left
+
+    # a finished checkpoint is loaded, not retrained
+    again = Trainer(tiny_model(seed=5), checkpoint_dir=tmp_path,
+                    epoch_callback=lambda *a: pytest.fail("trained again"), **KW)
+    assert again.fit(train, val) == history
+    assert_same_state(params(again.model), params(full.model))
+
+
+def test_resume_refuses_a_different_configuration(tmp_path: Path) -> None:
+    train, _ = make_loaders()
+    Trainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train)
+    with pytest.raises(ValueError, match=r"different configuration.*epochs"):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path, **KW).fit(train)
+    with pytest.raises(ValueError, match=r"lr: checkpoint 0.05 vs now 0.1"):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1, "lr": 0.1}).fit(train)
+    with pytest.raises(ValueError, match="parameters"):
+        Trainer(tiny_model(classes=4), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    torch.set_num_threads(int(sys.argv[3]))
+    import test_training as t
+    from calnotes.training import Trainer
+
+    def die(epoch, trainer, record):
+        if epoch == 3:  # after the epoch-2 checkpoint was written
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    train, val = t.make_loaders()
+    Trainer(t.tiny_model(), checkpoint_dir=sys.argv[2], epoch_callback=die, **t.KW).fit(train, val)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+def test_resume_after_sigkill_is_bit_identical(tmp_path: Path) -> None:
+    script = tmp_path / "train_and_die.py"
+    script.write_text(SCRIPT)
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(TESTS_DIR), str(ckpt), str(torch.get_num_threads())],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert torch.load(ckpt / "last.pt", weights_only=True)["epoch"] == 2
+
+    train, val = make_loaders()
+    full = Trainer(tiny_model(), **KW)
+    expected = full.fit(train, val)
+    train, val = make_loaders()
+    resumed = Trainer(tiny_model(seed=1), checkpoint_dir=ckpt, **KW)
+    history = resumed.fit(train, val)
+    assert_same_state(params(resumed.model), params(full.model))
+    assert history.without_timing() == expected.without_timing()
+    assert history["epoch"] == [1, 2, 3, 4]
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_amp_channels_last_training() -> None:
+    x, y = blobs(n=256)
+    x = x.repeat(1, 3, 2, 2)  # (N, 3, 8, 8): channels_last needs 4-d input
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+    train = TensorLoader(x[:192].cuda(), y[:192].cuda())
+    val = TensorLoader(x[192:].cuda(), y[192:].cuda(), shuffle=False)
+    trainer = Trainer(model, epochs=3, device="cuda", amp=True, channels_last=True, lr=0.05,
+                      progress=False)
+    history = trainer.fit(train, val)
+    assert trainer.amp and trainer.channels_last
+    assert all(math.isfinite(v) for v in history["val_loss"])
+    assert history["val_acc"][-1] > 0.6
+    logits, labels = predict_logits(model, val)
+    assert logits.device.type == "cpu" and logits.dtype == torch.float32
+    assert next(model.parameters()).device.type == "cuda"
