@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,12 +26,21 @@ def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> to
     return select_device(device)
 
 
-def chapter_store(use_store: bool, smoke: bool) -> Any:
-    """The run store a chapter reads: ``results/`` for the published book, otherwise a
-    fresh temporary store so SMOKE runs and ``USE_STORE=False`` recompute everything and
-    never touch the stored results."""
-    from .store import RunStore
+def chapter_run(
+    experiment: str, config: dict[str, Any], *, use_store: bool, smoke: bool,
+    device: str | torch.device = "auto", progress: bool = False,
+) -> Any:
+    """Load a chapter's run from ``results/``, or compute it (and store it there).
+
+    SMOKE runs and ``USE_STORE=False`` use a fresh temporary store and checkpoint folder,
+    so they always recompute and never touch the stored results. The per-batch progress
+    bar is off by default: in an executed notebook every update would become output.
+    """
+    from .store import RunStore, load_or_run
 
     if use_store and not smoke:
-        return RunStore()
-    return RunStore(tempfile.mkdtemp(prefix="calnotes-runs-"))
+        return load_or_run(experiment, config, device=device, progress=progress)
+    scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
+    return load_or_run(experiment, config, store=RunStore(scratch / "results"),
+                       checkpoint_root=scratch / "checkpoints", device=device,
+                       progress=progress)

@@ -6,6 +6,7 @@ axes it drew on. Nothing here sets a global style: chapters choose their own.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,7 +57,8 @@ def bootstrap_bin_accuracy(
         with np.errstate(invalid="ignore", divide="ignore"):
             acc[b] = np.where(counts > 0, hits / counts, np.nan)
     lo, hi = (1 - level) / 2, 1 - (1 - level) / 2
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # bins empty in every resample stay NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanquantile(acc, lo, axis=0), np.nanquantile(acc, hi, axis=0)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 import calnotes
@@ -226,6 +227,23 @@ class RunStore:
             for run in sorted(folder.iterdir())
             if (run / DONE).is_file()
         ]
+
+    def summary(self) -> pd.DataFrame:
+        """One row per complete run in the store: what it is, its test metrics, its cost."""
+        rows = []
+        for done in sorted(self.root.glob(f"*/*/{DONE}")):
+            folder = done.parent
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+            provenance = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
+            rows.append({
+                "experiment": folder.parent.name, "run": folder.name,
+                "dataset": config.get("dataset"), "model": config.get("model"),
+                "loss": config.get("loss"), "epochs": config.get("epochs"),
+                "test_error": metrics.get("test_error"), "test_ece": metrics.get("test_ece"),
+                "device": provenance.get("device"), "seconds": provenance.get("seconds"),
+            })
+        return pd.DataFrame(rows)
 
     def save(self, experiment: str, result: RunResult) -> Path:
         """Write ``result`` atomically file by file, ``DONE`` last; returns the run folder."""
