@@ -446,7 +446,7 @@ class _SoftAccuracy(torch.autograd.Function):
 
 
 def sece(
-    probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.05, chunk_size: int = 4096
+    probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.05, chunk_size: int = 1024
 ) -> torch.Tensor | float:
     r"""Smooth (bin-free) top-label ECE with a Gaussian kernel.
 

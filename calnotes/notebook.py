@@ -44,3 +44,15 @@ def chapter_run(
     return load_or_run(experiment, config, store=RunStore(scratch / "results"),
                        checkpoint_root=scratch / "checkpoints", device=device,
                        progress=progress)
+
+
+def glue(name: str, value: Any) -> None:
+    """``myst_nb.glue`` for numbers in prose: numpy and 0-d torch scalars become plain
+    Python numbers first, so ``{glue:text}`name:.2f``` can format them."""
+    from myst_nb import glue as myst_glue
+
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    elif hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    myst_glue(name, value, display=False)
