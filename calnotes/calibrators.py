@@ -71,6 +71,9 @@ __all__ = [
 LOG_T_RANGE = (math.log(1e-2), math.log(1e3))
 
 
+#: BBQ's prior midpoint of a bin is kept inside ``[eps, 1 - eps]`` (see :class:`BBQ`).
+_BBQ_EPS = 1e-12
+
 _Cal = TypeVar("_Cal", bound="Calibrator")
 
 
@@ -672,6 +675,11 @@ class BBQ(_BinaryCoreCalibrator):
 
     An ensemble of equal-frequency binnings with B bins each. Inner edges sit halfway
     between the sorted validation scores where the groups meet; outer edges are 0 and 1.
+    A cut that would separate tied scores is dropped (that binning then has fewer than B
+    bins), so saturated scores of exactly 0 or 1 never make a zero-width bin, and a
+    binning that coincides with one already in the ensemble is counted once. The prior
+    midpoint ``p_b`` is clipped to ``[1e-12, 1 - 1e-12]`` so that bins whose edges are
+    (numerically) at 0 or 1 keep a proper Beta prior.
     Each model M is scored by its marginal likelihood with a Beta prior per bin,
 
     .. math::
@@ -720,9 +728,18 @@ class BBQ(_BinaryCoreCalibrator):
         cum_pos = np.concatenate([[0.0], np.cumsum(ts)])
         n_prime = self.prior_strength
         log_scores, models = [], []
-        for nb in self.bin_counts(n):
-            split = np.round(np.arange(1, nb) * n / nb).astype(np.int64)
-            split = np.clip(split, 1, n - 1) if n > 1 else split[:0]
+        seen: set[bytes] = set()
+        for target_bins in self.bin_counts(n):
+            split = np.round(np.arange(1, target_bins) * n / target_bins).astype(np.int64)
+            split = np.unique(np.clip(split, 1, n - 1)) if n > 1 else split[:0]
+            # Never cut between tied scores: saturated scores (many exactly 0.0 or 1.0) would
+            # otherwise make a zero-width bin whose prior midpoint is 0 or 1 (alpha or
+            # beta = 0, an undefined marginal likelihood). A binning seen before is skipped.
+            split = split[ss[split - 1] < ss[split]]
+            if split.tobytes() in seen:
+                continue
+            seen.add(split.tobytes())
+            nb = split.shape[0] + 1
             inner = 0.5 * (ss[split - 1] + ss[split])
             edges = np.concatenate([[0.0], inner, [1.0]])
             # number of scores <= each edge; bins are (e_{b-1}, e_b], first bin includes 0
@@ -730,11 +747,13 @@ class BBQ(_BinaryCoreCalibrator):
             upto[0], upto[-1] = 0, n
             n_b = np.diff(upto).astype(np.float64)
             m_b = np.diff(cum_pos[upto])
-            p_b = 0.5 * (edges[:-1] + edges[1:])
+            # prior midpoint; the clip keeps alpha, beta > 0 when a bin's edges are so close
+            # to 0 or 1 that the midpoint (or 1 - midpoint) rounds or underflows to 0
+            p_b = np.clip(0.5 * (edges[:-1] + edges[1:]), _BBQ_EPS, 1.0 - _BBQ_EPS)
             alpha = n_prime * p_b / nb
             beta = n_prime * (1.0 - p_b) / nb
             a0 = n_prime / nb
-            # empty bins contribute exactly 0; a prior midpoint of 0 or 1 cannot occur
+            # empty bins contribute exactly 0
             log_ml = np.sum(
                 gammaln(a0)
                 - gammaln(n_b + a0)

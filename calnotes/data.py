@@ -962,7 +962,7 @@ def ood_images(
     if isinstance(name, os.PathLike) or (
         isinstance(name, str) and name.startswith(_FOLDER_PREFIX)
     ):
-        folder = name[len(_FOLDER_PREFIX):] if isinstance(name, str) else name
+        folder = Path(name[len(_FOLDER_PREFIX):] if isinstance(name, str) else name)
         images = ood.load_image_folder(folder, size, channels=c)
         if len(images) > n:
             images = ImageData(images, torch.zeros(len(images), dtype=torch.long)).subset(

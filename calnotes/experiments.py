@@ -31,6 +31,7 @@ from calnotes.training import (
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "OPTIONAL_CONFIG",
     "RunResult",
     "available_losses",
     "default_config",
@@ -61,22 +62,43 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "amp": False,
 }
 
+#: Keys a config may have, absent unless set. A value of ``None`` means "absent" and is
+#: dropped, so these keys never change the hash of a config that does not use them.
+#:
+#: ``positive_class``: an int ``k`` turns the run into the binary problem
+#: ``y' = 1[y == k]`` (e.g. MNIST "9 vs not-9"), via :func:`calnotes.data.binary_target`
+#: applied after the split and the subsets; logits then have 2 columns.
+OPTIONAL_CONFIG: dict[str, Any] = {
+    "positive_class": None,
+}
+
 
 def default_config(**overrides: Any) -> dict[str, Any]:
     """The full run config: :data:`DEFAULT_CONFIG` updated with ``overrides``.
 
+    Keys of :data:`OPTIONAL_CONFIG` appear only when given a value other than ``None``.
     Raises ``ValueError`` for an unknown key (listing the valid ones), for ``device``
     (not part of a config) and ``TypeError`` for a value that is not JSON-able.
     """
-    unknown = sorted(set(overrides) - set(DEFAULT_CONFIG))
+    valid = set(DEFAULT_CONFIG) | set(OPTIONAL_CONFIG)
+    unknown = sorted(set(overrides) - valid)
     if unknown:
         hint = " (the device is an argument of train_run, not a config key)" if (
             "device" in unknown) else ""
         raise ValueError(
-            f"unknown config key(s) {unknown}{hint}; valid keys are {sorted(DEFAULT_CONFIG)}"
+            f"unknown config key(s) {unknown}{hint}; valid keys are {sorted(valid)}"
         )
     config = copy.deepcopy(DEFAULT_CONFIG)
     config.update(copy.deepcopy(overrides))
+    for key in OPTIONAL_CONFIG:
+        if config.get(key, None) is None:
+            config.pop(key, None)
+    if "positive_class" in config:
+        k = config["positive_class"]
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"config['positive_class'] must be an int, got {type(k).__name__}")
+        if k < 0:
+            raise ValueError(f"config['positive_class'] must be >= 0, got {k}")
     for key in ("model_options", "loss_options"):
         if not isinstance(config[key], Mapping):
             raise TypeError(f"config[{key!r}] must be a dict, got {type(config[key]).__name__}")
@@ -221,6 +243,8 @@ def train_run(
         cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
         train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
     )
+    if cfg.get("positive_class") is not None:
+        splits = data.binary_target(splits, cfg["positive_class"])
     train_loader, val_loader, test_loader = data.make_loaders(
         splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
     )

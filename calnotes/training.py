@@ -429,6 +429,7 @@ class Trainer:
             if milestones is not None:
                 raise ValueError("milestones only apply to schedule='step'")
             return ()
+        defaulted = milestones is None
         if milestones is None:
             milestones = (0.5, 0.75)
         if isinstance(milestones, (str, bytes)) or not isinstance(milestones, Sequence):
@@ -447,6 +448,8 @@ class Trainer:
                     f"got {m!r}"
                 )
             resolved.append(epoch)
+        if defaulted:  # with very few epochs the default fractions may round together
+            resolved = sorted(set(resolved))
         if any(b <= a for a, b in zip(resolved, resolved[1:], strict=False)):
             raise ValueError(f"milestones must be strictly increasing, got {list(milestones)}")
         return tuple(resolved)

@@ -250,6 +250,28 @@ def test_bbq_hand_computed() -> None:
                                [1614.5 / 14254, 1614.5 / 14254, 12639.5 / 14254], rtol=1e-12)
 
 
+def test_bbq_with_saturated_scores_is_finite() -> None:
+    # Overconfident float64 softmax saturates: many scores are exactly 0.0 or 1.0. A cut
+    # between tied scores would make a zero-width bin with prior midpoint 0 or 1 (NaN).
+    rng = np.random.default_rng(19)
+    s = np.concatenate([np.zeros(300), np.ones(600), rng.random(100)])
+    t = np.concatenate([np.zeros(300), (rng.random(600) < 0.97), rng.random(100) < 0.5])
+    bbq = BBQ().fit_scores(s, t.astype(np.int64))
+    weights, models = bbq.cores_[0]
+    assert np.all(np.isfinite(weights)) and weights.sum() == pytest.approx(1.0)
+    edge_sets = [tuple(edges) for edges, _ in models]
+    assert len(set(edge_sets)) == len(edge_sets)  # coinciding binnings counted once
+    for edges, theta in models:
+        assert np.all(np.diff(edges) > 0) and np.all((theta > 0) & (theta < 1))
+    q = bbq.predict_scores(np.array([0.0, 0.5, 1.0]))
+    assert np.all(np.isfinite(q)) and q[0] < 0.05 and q[2] > 0.9
+    # one-vs-all on logits whose softmax saturates in float64
+    z, y = _overconfident(1000, 4, seed=20)
+    p = BBQ().fit(40 * z, y).predict_proba(40 * z)
+    assert np.all(np.isfinite(p))
+    np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-12)
+
+
 def test_bbq_default_bin_range() -> None:
     # N = 1000: N^(1/3) = 10 -> B from floor(10 / 10) = 1 to min(ceil(10 * 10), 1000 // 5) = 100
     assert BBQ().bin_counts(1000) == list(range(1, 101))

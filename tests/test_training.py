@@ -444,3 +444,9 @@ def test_cuda_amp_channels_last_training() -> None:
     logits, labels = predict_logits(model, val)
     assert logits.device.type == "cpu" and logits.dtype == torch.float32
     assert next(model.parameters()).device.type == "cuda"
+
+
+def test_default_step_milestones_work_for_a_single_epoch():
+    model = torch.nn.Linear(2, 2)
+    trainer = Trainer(model, schedule="step", epochs=1, device="cpu", progress=False)
+    assert trainer.milestones == (1,)

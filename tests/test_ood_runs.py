@@ -1,0 +1,179 @@
+"""A stored run on OOD sets: run_ood_logits (cached), trained_model, score_report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calnotes import data, ood
+from calnotes.experiments import default_config
+from calnotes.ood import (
+    OOD_LOGITS_FILE,
+    auroc,
+    energy,
+    fpr_at_tpr,
+    msp,
+    ood_report,
+    run_ood_logits,
+    score_report,
+    trained_model,
+)
+from calnotes.store import RunStore, load_or_run
+from calnotes.training import predict_logits
+
+torch.set_num_threads(1)
+
+# A tiny real run: LeNet-5 on scikit-learn's 8x8 digits, one epoch, on the CPU.
+CONFIG = default_config(dataset="digits", model="lenet5", epochs=1, lr=0.05, seed=0,
+                        train_subset=200, test_subset=100, batch_size=64, val_size=300)
+
+
+@pytest.fixture
+def stored(tmp_path: Path):
+    store = RunStore(tmp_path / "results")
+    run = load_or_run("t", CONFIG, store=store, checkpoint_root=tmp_path / "ckpt",
+                      device="cpu", progress=False)
+    splits = data.load_dataset("digits", seed=0, val_size=300, train_subset=200,
+                                test_subset=100)
+    sets = {"gaussian": data.ood_images("gaussian", splits, n=30, seed=1),
+            "uniform": data.ood_images("uniform", splits, n=20, seed=2)}
+    return run, sets, tmp_path / "ckpt", splits
+
+
+def _expected(model: torch.nn.Module, splits: data.DatasetSplits, x: torch.Tensor):
+    loader = data.DeviceLoader(data.ImageData(x, torch.zeros(len(x), dtype=torch.long)), 7,
+                               shuffle=False, mean=splits.mean, std=splits.std)
+    return predict_logits(model, loader)[0]
+
+
+def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch) -> None:
+    run, sets, ckpt, splits = stored
+    out = run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
+    assert list(out) == ["gaussian", "uniform"]
+    assert out["gaussian"].shape == (30, 10) and out["gaussian"].dtype == torch.float32
+    model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
+    for name, x in sets.items():
+        # float16 storage, like the run store's logits
+        torch.testing.assert_close(out[name], _expected(model, splits, x), rtol=1e-3, atol=1e-3)
+    assert (run.path / OOD_LOGITS_FILE).is_file()
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cache should have been used")
+
+    monkeypatch.setattr(ood, "trained_model", no_model)
+    again = run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
+    assert torch.equal(again["uniform"], out["uniform"])
+    with pytest.raises(AssertionError, match="cache"):  # other images: not cached
+        run_ood_logits(run, {"uniform": sets["gaussian"]}, checkpoint_root=ckpt)
+
+
+def test_cache_keeps_other_sets_and_is_tied_to_one_training(stored, monkeypatch) -> None:
+    run, sets, ckpt, _ = stored
+    run_ood_logits(run, {"gaussian": sets["gaussian"]}, device="cpu", checkpoint_root=ckpt)
+    run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
+    with np.load(run.path / OOD_LOGITS_FILE) as npz:
+        assert sorted(npz["names"].tolist()) == ["gaussian", "uniform"]
+    calls = []
+    real = ood.trained_model
+
+    def counting(*args: object, **kwargs: object):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ood, "trained_model", counting)
+    run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
+    assert calls == []
+    run.provenance["date_utc"] = "2000-01-01T00:00:00+00:00"  # as if retrained
+    run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
+    assert calls == [1]
+
+
+def test_trained_model_retrains_without_a_checkpoint(stored, tmp_path: Path) -> None:
+    run, sets, ckpt, splits = stored
+    model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
+    empty = tmp_path / "elsewhere"
+    with pytest.raises(FileNotFoundError, match="no checkpoint of run"):
+        trained_model(run, device="cpu", checkpoint_root=empty, retrain=False)
+    again, _ = trained_model(run, device="cpu", checkpoint_root=empty)  # CPU: same weights
+    x = sets["gaussian"]
+    torch.testing.assert_close(_expected(again, splits, x), _expected(model, splits, x))
+    assert not empty.exists()  # retrained in a temporary folder
+
+
+def test_trained_model_finds_the_scratch_store_checkpoints(tmp_path: Path) -> None:
+    # calnotes.notebook.chapter_run keeps a scratch store in <tmp>/results and its
+    # checkpoints in <tmp>/checkpoints
+    run = load_or_run("t", CONFIG, store=RunStore(tmp_path / "results"),
+                      checkpoint_root=tmp_path / "checkpoints", device="cpu", progress=False)
+    model, _ = trained_model(run, device="cpu", retrain=False)
+    assert isinstance(model, torch.nn.Module) and not model.training
+
+
+def test_trained_model_skips_a_checkpoint_of_another_training(stored) -> None:
+    run, sets, ckpt, splits = stored
+    path = ckpt / run.provenance["config_hash"] / "last.pt"
+    good, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
+    state = torch.load(path, weights_only=True)
+    state["model"]["head.bias"] = state["model"]["head.bias"] + 1.0
+    torch.save(state, path)
+    with pytest.raises(RuntimeError, match="another training"):
+        trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
+    model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)  # retrains instead
+    x = sets["uniform"]
+    torch.testing.assert_close(_expected(model, splits, x), _expected(good, splits, x))
+    state["epoch"] = 0  # an unfinished training is never used
+    torch.save(state, path)
+    with pytest.raises(RuntimeError, match="unfinished"):
+        trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
+
+
+def test_run_ood_logits_rejects_bad_input(stored) -> None:
+    run, sets, ckpt, _ = stored
+    with pytest.raises(TypeError, match="StoredRun"):
+        run_ood_logits(object(), sets)
+    with pytest.raises(ValueError, match="non-empty mapping"):
+        run_ood_logits(run, {})
+    with pytest.raises(ValueError, match="uint8"):
+        run_ood_logits(run, {"x": sets["gaussian"].float()})
+    with pytest.raises(ValueError, match="empty"):
+        run_ood_logits(run, {"x": sets["gaussian"][:0]})
+    with pytest.raises(TypeError, match="names"):
+        run_ood_logits(run, {3: sets["gaussian"]})
+    with pytest.raises(TypeError, match="StoredRun"):
+        trained_model(json.loads("{}"))
+
+
+def test_score_report_is_ood_report_of_the_score() -> None:
+    rng = np.random.default_rng(0)
+    z_in = torch.from_numpy(rng.normal(size=(50, 4)) * 3).float()
+    z_out = {"a": torch.from_numpy(rng.normal(size=(40, 4))).float(),
+             "b": torch.from_numpy(rng.normal(size=(30, 4)) * 2).float()}
+    for name, fn in (("msp", msp), ("energy", energy)):
+        table = score_report(z_in, z_out, name)
+        expected = ood_report(fn(z_in.double()), {k: fn(v.double()) for k, v in z_out.items()})
+        assert np.allclose(table.to_numpy(), expected.to_numpy())
+        assert list(table.index) == ["a", "b", "average"]
+        assert table.loc["a", "auroc"] == pytest.approx(
+            auroc(fn(z_in.double()), fn(z_out["a"].double())))
+    # float64 scores: a logit gap of 20 saturates float32's MSP to exactly 1, not float64's
+    z_in = torch.tensor([[20.0, 0.0], [21.0, 0.0], [22.0, 0.0], [23.0, 0.0]])
+    z_out = {"o": torch.tensor([[20.5, 0.0], [19.0, 0.0]])}
+    assert torch.all(msp(z_in) == 1.0)
+    table = score_report(z_in, z_out, "msp", tpr=0.75)
+    assert table.loc["o", "fpr@75tpr"] == pytest.approx(
+        fpr_at_tpr(msp(z_in.double()), msp(z_out["o"].double()), 0.75))
+    assert table.loc["o", "fpr@75tpr"] == 0.0
+
+
+def test_score_report_rejects_bad_input() -> None:
+    z = torch.zeros((3, 2))
+    with pytest.raises(ValueError, match="score must be one of"):
+        score_report(z, {"o": z}, "odin")
+    with pytest.raises(TypeError, match="mapping"):
+        score_report(z, [z])
+    with pytest.raises(TypeError, match="floating-point"):
+        score_report(z.long(), {"o": z})
