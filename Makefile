@@ -6,7 +6,6 @@ STAMP := $(VENV)/.installed
 CHAPTER ?=
 ARGS ?=
 DEVICE ?= auto
-export MPLBACKEND := Agg
 
 .PHONY: help setup data test test-unit test-chapters book run results bench lint clean
 

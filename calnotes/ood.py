@@ -508,6 +508,8 @@ def trained_model(
         cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
         train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
     )
+    if cfg.get("positive_class") is not None:  # a binary run, as train_run builds it
+        splits = data.binary_target(splits, cfg["positive_class"])
     _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=dev)
     roots = _checkpoint_roots(run, checkpoint_root)
     tried = []

@@ -131,6 +131,17 @@ def test_trained_model_skips_a_checkpoint_of_another_training(stored) -> None:
         trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
 
 
+def test_binary_runs_get_two_logits(tmp_path: Path) -> None:
+    config = default_config(**(CONFIG | {"positive_class": 9}))
+    run = load_or_run("t", config, store=RunStore(tmp_path / "results"),
+                      checkpoint_root=tmp_path / "ckpt", device="cpu", progress=False)
+    splits = data.load_dataset("digits", seed=0, val_size=300, train_subset=200,
+                               test_subset=100)
+    out = run_ood_logits(run, {"u": data.ood_images("uniform", splits, n=5)}, device="cpu",
+                         checkpoint_root=tmp_path / "ckpt")
+    assert out["u"].shape == (5, 2)
+
+
 def test_run_ood_logits_rejects_bad_input(stored) -> None:
     run, sets, ckpt, _ = stored
     with pytest.raises(TypeError, match="StoredRun"):
