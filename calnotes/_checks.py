@@ -64,6 +64,15 @@ def check_positive_float(value: Any, name: str) -> float:
     return value
 
 
+def check_nonnegative_float(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
 def _check_float(t: torch.Tensor, name: str) -> torch.Tensor:
     if not torch.is_floating_point(t):
         raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")

@@ -46,6 +46,7 @@ from ._checks import (
     check_choice,
     check_labels,
     check_logits,
+    check_nonnegative_float,
     check_positive_float,
     check_positive_int,
     like_input,
@@ -83,15 +84,6 @@ class NotFittedError(ValueError):
 
 # --------------------------------------------------------------------------- helpers
 
-
-def _check_nonneg_float(value: Any, name: str) -> float:
-    """A finite number >= 0 (``_checks`` only has the strictly positive variant)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return value
 
 
 def _check_scores(
@@ -398,8 +390,10 @@ class MatrixScaling(_LogitCalibrator):
     bias_: np.ndarray
 
     def __init__(self, reg: float = 0.0, bias_reg: float | None = None, max_iter: int = 200):
-        self.reg = _check_nonneg_float(reg, "reg")
-        self.bias_reg = self.reg if bias_reg is None else _check_nonneg_float(bias_reg, "bias_reg")
+        self.reg = check_nonnegative_float(reg, "reg")
+        self.bias_reg = (
+            self.reg if bias_reg is None else check_nonnegative_float(bias_reg, "bias_reg")
+        )
         self.max_iter = check_positive_int(max_iter, "max_iter")
 
     def _fit(self, z: torch.Tensor, y: torch.Tensor) -> None:

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from calnotes._checks import as_tensor, check_choice, check_positive_int
+from calnotes._io import atomic_write as _atomic_write
 
 __all__ = [
     "DATASETS",
@@ -189,21 +190,6 @@ def data_root(root: str | os.PathLike[str] | None = None) -> Path:
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache).expanduser() / "calnotes" / "data"
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file next to ``path`` then ``os.replace`` it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _maybe_gunzip(data: bytes) -> bytes:

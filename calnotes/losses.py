@@ -27,7 +27,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.special import betaincinv
@@ -37,6 +36,7 @@ from calnotes._checks import (
     ArrayLike,
     as_tensor,
     check_labels,
+    check_nonnegative_float,
     check_positive_float,
     check_positive_int,
     check_probs,
@@ -64,15 +64,6 @@ __all__ = [
 # private helpers
 # ---------------------------------------------------------------------------------------
 
-
-def _check_nonnegative_float(value: Any, name: str) -> float:
-    """A finite number >= 0 (``_checks.check_positive_float`` rejects 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return value
 
 
 def _check_batch(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> None:
@@ -129,7 +120,7 @@ def focal_loss(
         if not torch.is_floating_point(gamma):
             gamma = gamma.to(logits.dtype)
     else:
-        gamma = _check_nonnegative_float(gamma, "gamma")
+        gamma = check_nonnegative_float(gamma, "gamma")
         if gamma == 0.0:
             return F.cross_entropy(logits, labels)
     log_py = _true_class_log_prob(logits, labels)
@@ -147,7 +138,7 @@ class FocalLoss(nn.Module):
 
     def __init__(self, gamma: float = 3.0) -> None:
         super().__init__()
-        self.gamma = _check_nonnegative_float(gamma, "gamma")
+        self.gamma = check_nonnegative_float(gamma, "gamma")
 
     def forward(
         self,
@@ -198,7 +189,7 @@ class LabelSmoothingLoss(nn.Module):
 
     def __init__(self, smoothing: float = 0.1) -> None:
         super().__init__()
-        smoothing = _check_nonnegative_float(smoothing, "smoothing")
+        smoothing = check_nonnegative_float(smoothing, "smoothing")
         if smoothing >= 1.0:
             raise ValueError(f"smoothing must lie in [0, 1), got {smoothing}")
         self.smoothing = smoothing
@@ -268,7 +259,7 @@ class MixupLoss(nn.Module):
     ) -> torch.Tensor:
         _check_batch(logits, y_a, "y_a")
         _check_batch(logits, y_b, "y_b")
-        lam = _check_nonnegative_float(lam, "lam")
+        lam = check_nonnegative_float(lam, "lam")
         if lam > 1.0:
             raise ValueError(f"lam must lie in [0, 1], got {lam}")
         if lam == 1.0:
@@ -313,7 +304,7 @@ class MMCELoss(nn.Module):
 
     def __init__(self, weight: float = 2.0, bandwidth: float = 0.4) -> None:
         super().__init__()
-        self.weight = _check_nonnegative_float(weight, "weight")
+        self.weight = check_nonnegative_float(weight, "weight")
         self.bandwidth = check_positive_float(bandwidth, "bandwidth")
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -400,7 +391,7 @@ class DECELoss(nn.Module):
         super().__init__()
         self.n_bins = check_positive_int(n_bins, "n_bins")
         self.temperature = check_positive_float(temperature, "temperature")
-        self.weight = _check_nonnegative_float(weight, "weight")
+        self.weight = check_nonnegative_float(weight, "weight")
         self.accuracy_temperature = check_positive_float(
             accuracy_temperature, "accuracy_temperature"
         )
@@ -437,7 +428,7 @@ class SECELoss(nn.Module):
     def __init__(self, bandwidth: float = 0.05, weight: float = 1.0, with_ce: bool = False):
         super().__init__()
         self.bandwidth = check_positive_float(bandwidth, "bandwidth")
-        self.weight = _check_nonnegative_float(weight, "weight")
+        self.weight = check_nonnegative_float(weight, "weight")
         if not isinstance(with_ce, bool):
             raise TypeError(f"with_ce must be a bool, got {type(with_ce).__name__}")
         self.with_ce = with_ce

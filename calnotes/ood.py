@@ -617,10 +617,10 @@ def _pack_logits(arr: np.ndarray) -> np.ndarray:
 
 
 def _save_cache(path: Path, stamp: str, cache: Mapping[str, tuple[str, np.ndarray]]) -> None:
-    """Write the cache with a temporary file and ``os.replace`` (never half-written)."""
+    """Write the cache atomically (never half-written)."""
     import io
-    import os
-    import tempfile
+
+    from calnotes._io import atomic_write
 
     names = sorted(cache)
     arrays: dict[str, np.ndarray] = {"stamp": np.array(stamp), "names": np.array(names)}
@@ -629,12 +629,4 @@ def _save_cache(path: Path, stamp: str, cache: Mapping[str, tuple[str, np.ndarra
         arrays[f"logits_{i}"] = cache[name][1]
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buffer.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, buffer.getvalue())

@@ -20,7 +20,6 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -33,6 +32,7 @@ import torch
 
 import calnotes
 from calnotes import experiments
+from calnotes._io import atomic_write as _atomic_write
 from calnotes.experiments import RunResult
 from calnotes.training import History
 
@@ -106,20 +106,6 @@ def git_commit() -> str | None:
     commit = out.stdout.strip()
     return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder + ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _json_bytes(obj: Any) -> bytes:

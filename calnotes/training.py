@@ -13,11 +13,11 @@ The default loss is cross-entropy, ``L = -(1/B) sum_i log softmax(z_i)[y_i]``.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import random
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,7 +29,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from calnotes._checks import check_choice, check_positive_float, check_positive_int
+from calnotes._checks import (
+    check_choice,
+    check_nonnegative_float,
+    check_positive_float,
+    check_positive_int,
+)
+from calnotes._io import atomic_write
 
 __all__ = [
     "History",
@@ -277,19 +283,12 @@ def _autocast(device: torch.device, enabled: bool):
 # --------------------------------------------------------------------------- trainer
 
 
+
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` into memory, then an atomic write to ``path``."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write(path, buffer.getvalue())
 
 
 def _rng_state() -> dict[str, Any]:
@@ -381,13 +380,13 @@ class Trainer:
         self.optimizer_name = check_choice(optimizer, "optimizer", OPTIMIZERS)
         self.schedule = check_choice(schedule, "schedule", SCHEDULES)
         self.lr = check_positive_float(lr, "lr")
-        self.momentum = _check_nonnegative(momentum, "momentum")
+        self.momentum = check_nonnegative_float(momentum, "momentum")
         if self.momentum >= 1:
             raise ValueError(f"momentum must be < 1, got {self.momentum}")
         if nesterov and (self.optimizer_name != "sgd" or self.momentum == 0):
             raise ValueError("nesterov=True needs optimizer='sgd' with momentum > 0")
         self.nesterov = nesterov
-        self.weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+        self.weight_decay = check_nonnegative_float(weight_decay, "weight_decay")
         self.gamma = check_positive_float(gamma, "gamma")
         self.epochs = check_positive_int(epochs, "epochs")
         self.seed = check_positive_int(seed, "seed", minimum=0)
@@ -660,14 +659,6 @@ class Trainer:
         ]).tolist()
         return dict(zip(("val_loss", "val_ece", "val_acc", "val_logit_norm"), values, strict=True))
 
-
-def _check_nonnegative(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return value
 
 
 def _sha256(obj: Any) -> str:
