@@ -12,8 +12,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "calibrators", "chapters", "data", "evaluation", "experiments", "losses", "metrics",
-    "models", "notebook", "ood", "plots", "store", "sweeps", "synthetic", "training",
+    "calibrators", "chapters", "data", "evaluation", "experiments", "losses", "meta",
+    "metrics", "models", "notebook", "ood", "plots", "store", "sweeps", "synthetic", "training",
 )
 __all__ = ["__version__", *_SUBMODULES]
 

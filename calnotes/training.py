@@ -521,18 +521,7 @@ class Trainer:
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state.get("format") != _CHECKPOINT_FORMAT:
             raise ValueError(f"{path} is not a calnotes checkpoint (format {state.get('format')})")
-        mine = self.fingerprint()
-        if state["fingerprint_sha256"] != _sha256(mine):
-            theirs = state["fingerprint"]
-            diff = [
-                f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}"
-                for k in sorted(set(mine) | set(theirs))
-                if mine.get(k) != theirs.get(k)
-            ]
-            raise ValueError(
-                f"checkpoint {path} was written with a different configuration "
-                f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
-            )
+        _check_fingerprint(state, self.fingerprint(), path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
@@ -660,6 +649,22 @@ class Trainer:
         return dict(zip(("val_loss", "val_ece", "val_acc", "val_logit_norm"), values, strict=True))
 
 
+
+
+def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Path) -> None:
+    """Refuse to resume a checkpoint written with another configuration, naming the fields."""
+    if state["fingerprint_sha256"] == _sha256(mine):
+        return
+    theirs = state["fingerprint"]
+    diff = [
+        f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine.get(k) != theirs.get(k)
+    ]
+    raise ValueError(
+        f"checkpoint {path} was written with a different configuration "
+        f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
+    )
 
 def _sha256(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,376 @@
+"""Tests of calnotes.meta: GammaNet and the meta-regularization trainer."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from calnotes.meta import GAMMA_FLOOR, GammaNet, MetaTrainer
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+class TinyNet(nn.Module):
+    """Model with the calnotes interface: features(x) -> (B, d), head: nn.Linear."""
+
+    def __init__(self, d_in: int = 4, d: int = 8, classes: int = 3) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(d_in, d), nn.Tanh())
+        self.head = nn.Linear(d, classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class ListLoader:
+    """Fixed batches with len() and set_epoch(); reshuffles per epoch when asked to."""
+
+    def __init__(self, x, y, batch_size: int, shuffle: bool = False) -> None:
+        self.x, self.y, self.bs, self.shuffle, self.epoch = x, y, batch_size, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-len(self.y) // self.bs)
+
+    def __iter__(self):
+        n = len(self.y)
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(self.epoch))
+                 if self.shuffle else torch.arange(n))
+        for i in range(0, n, self.bs):
+            idx = order[i : i + self.bs]
+            yield self.x[idx], self.y[idx]
+
+
+def blobs(n: int, seed: int = 0, d_in: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=gen)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0.3).long()
+    return x, y
+
+
+def make_loaders():
+    xt, yt = blobs(160, seed=1)
+    xv, yv = blobs(60, seed=2)
+    return ListLoader(xt, yt, 32, shuffle=True), ListLoader(xv, yv, 24)  # 5 vs 3 batches
+
+
+def make_pair(seed: int = 0) -> tuple[TinyNet, GammaNet]:
+    torch.manual_seed(seed)
+    return TinyNet(), GammaNet(8, heads=4)
+
+
+KW = dict(epochs=3, lr=0.05, device="cpu", progress=False, seed=3, meta_lr=1e-2)
+
+
+def state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# --------------------------------------------------------------------------- GammaNet
+
+
+def test_gamma_positive_and_finite_on_random_and_adversarial_features() -> None:
+    torch.manual_seed(0)
+    net = GammaNet(16, heads=8, tau=0.5)
+    cases = [
+        torch.randn(64, 16),
+        torch.zeros(5, 16),
+        torch.full((3, 16), 1e30),
+        torch.tensor([[1e30, -1e30] * 8, [-1e30, 1e30] * 8]),
+        torch.randn(4, 16) * 1e6,
+    ]
+    bound = (net.A.t() @ net.W).abs().max().item() / net.tau + GAMMA_FLOOR
+    for x in cases:
+        x = x.requires_grad_()
+        gamma = net(x)
+        assert gamma.shape == (x.shape[0],)
+        assert torch.isfinite(gamma).all() and (gamma > 0).all()
+        assert (gamma <= bound * (1 + 1e-5)).all()  # a convex mix of the keys
+        gamma.sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+        assert torch.isfinite(x.grad).all()
+        net.zero_grad()
+    # W = 0 makes x~ W exactly 0: the floor keeps gamma positive, and gradients stay finite
+    with torch.no_grad():
+        net.W.zero_()
+    gamma = net(torch.randn(6, 16))
+    assert torch.equal(gamma, torch.full((6,), GAMMA_FLOOR))
+
+
+def test_gamma_matches_the_formula() -> None:
+    torch.manual_seed(1)
+    net = GammaNet(5, heads=3, tau=2.0).double()
+    x = torch.randn(7, 5, dtype=torch.float64)
+    a = x @ net.A
+    p = torch.exp(a) / torch.exp(a).sum(1, keepdim=True)
+    expected = ((p @ net.A.t()) @ net.W).squeeze(1).abs() / 2.0 + GAMMA_FLOOR
+    torch.testing.assert_close(net(x), expected)
+
+
+# --------------------------------------------------------------------------- hypergradient
+
+
+def _double_trainer(outer: str, inner_params: str) -> tuple[MetaTrainer, tuple]:
+    torch.manual_seed(4)
+    model, gnet = TinyNet().double(), GammaNet(8, heads=4).double()
+    trainer = MetaTrainer(model, gnet, outer=outer, inner_params=inner_params, inner_lr=0.5,
+                          device="cpu", progress=False, epochs=1, sece_bandwidth=0.2)
+    x, y = blobs(24, seed=5)
+    xv, yv = blobs(20, seed=6)
+    return trainer, (x.double(), y, xv.double(), yv)
+
+
+@pytest.mark.parametrize(("outer", "inner_params"),
+                         [("sece", "head"), ("dece", "head"), ("sece", "all")])
+def test_hypergradient_matches_central_differences(outer: str, inner_params: str) -> None:
+    trainer, batch = _double_trainer(outer, inner_params)
+    _, hyper = trainer.hypergradient(*batch, inner_lr=0.5)
+    eps = 1e-6
+    for param, grad in zip(trainer.gamma_net.parameters(), hyper, strict=True):
+        assert grad is not None
+        numeric = torch.zeros_like(param)
+        flat = param.data.view(-1)
+        for i in range(flat.numel()):
+            old = flat[i].item()
+            flat[i] = old + eps
+            up = trainer.hypergradient(*batch, inner_lr=0.5)[0].item()
+            flat[i] = old - eps
+            down = trainer.hypergradient(*batch, inner_lr=0.5)[0].item()
+            flat[i] = old
+            numeric.view(-1)[i] = (up - down) / (2 * eps)
+        assert numeric.abs().max() > 1e-8  # the check is not vacuous
+        torch.testing.assert_close(grad, numeric, rtol=1e-4, atol=1e-8)
+
+
+def test_outer_loss_depends_on_gamma_net_only_through_the_look_ahead() -> None:
+    trainer, batch = _double_trainer("sece", "head")
+    outer0, without = trainer.hypergradient(*batch, inner_lr=0.5, look_ahead=False)
+    assert all(g is None for g in without)  # not even connected to the graph
+    outer1, with_ = trainer.hypergradient(*batch, inner_lr=0.5)
+    assert all(g is not None and g.abs().max() > 0 for g in with_)
+    assert outer0 != outer1  # the look-ahead moved the head
+
+
+# --------------------------------------------------------------------------- real step
+
+
+class ZeroGamma(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(features.shape[0], dtype=features.dtype, device=features.device)
+
+
+def test_real_step_with_zero_gamma_is_a_cross_entropy_step() -> None:
+    torch.manual_seed(0)
+    model = TinyNet()
+    reference = copy.deepcopy(model)
+    trainer = MetaTrainer(model, ZeroGamma(), device="cpu", progress=False, epochs=1,
+                          lr=0.1, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    for seed in (1, 2):  # two steps: momentum buffers must agree too
+        x, y = blobs(16, seed=seed)
+        loss, _ = trainer.real_step(x, y)
+        ce = F.cross_entropy(reference(x), y)
+        opt.zero_grad()
+        ce.backward()
+        opt.step()
+        torch.testing.assert_close(loss, ce.detach())
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+
+
+class BNNet(TinyNet):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))
+
+
+def test_look_ahead_leaves_batch_norm_statistics_alone() -> None:
+    torch.manual_seed(0)
+    model = BNNet()
+    trainer = MetaTrainer(model, GammaNet(8), inner_params="all", device="cpu",
+                          progress=False, epochs=1)
+    before = state(model.body[1])
+    x, y = blobs(16, seed=1)
+    params = state(model)
+    trainer.hypergradient(x, y, x, y, inner_lr=0.1)
+    assert_same(state(model.body[1]), before)
+    assert_same(state(model), params)  # the virtual step touches no real parameter
+    trainer.real_step(x, y)
+    assert not torch.equal(model.body[1].running_mean, before["running_mean"])
+
+
+# --------------------------------------------------------------------------- fit
+
+
+def test_same_seed_gives_identical_history_and_parameters() -> None:
+    runs = []
+    for _ in range(2):
+        model, gnet = make_pair()
+        trainer = MetaTrainer(model, gnet, **KW)
+        history = trainer.fit(*make_loaders())
+        runs.append((history.without_timing(), state(model), state(gnet)))
+    assert runs[0][0] == runs[1][0]
+    assert_same(runs[0][1], runs[1][1])
+    assert_same(runs[0][2], runs[1][2])
+    record = runs[0][0][-1]
+    for key in ("train_loss", "train_acc", "val_loss", "val_ece", "val_acc", "outer_loss",
+                "gamma_mean", "gamma_std"):
+        assert key in record
+
+
+def test_resume_after_exception_is_exact(tmp_path: Path) -> None:
+    model, gnet = make_pair()
+    full = MetaTrainer(model, gnet, **KW)
+    expected = full.fit(*make_loaders())
+
+    class Interrupt(Exception):
+        pass
+
+    def crash(epoch, trainer, record):
+        if epoch == 3:  # the epoch-2 checkpoint is on disk
+            raise Interrupt
+
+    model, gnet = make_pair()
+    with pytest.raises(Interrupt):
+        MetaTrainer(model, gnet, checkpoint_dir=tmp_path, epoch_callback=crash, **KW).fit(
+            *make_loaders())
+    saved = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert saved["epoch"] == 2
+    assert saved["val_position"] != 0  # the val loader is mid-cycle: 10 batches of 3
+    torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
+
+    model, gnet = make_pair(seed=99)
+    resumed = MetaTrainer(model, gnet, checkpoint_dir=tmp_path, **KW)
+    history = resumed.fit(*make_loaders())
+    assert history.without_timing() == expected.without_timing()
+    assert_same(state(resumed.model), state(full.model))
+    assert_same(state(resumed.gamma_net), state(full.gamma_net))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+    model, gnet = make_pair()
+    with pytest.raises(ValueError, match="meta_lr"):
+        MetaTrainer(model, gnet, checkpoint_dir=tmp_path, **{**KW, "meta_lr": 0.5}).fit(
+            *make_loaders())
+
+
+def test_small_real_run_on_digits_learns_and_records_gamma() -> None:
+    datasets = pytest.importorskip("sklearn.datasets")
+    digits = datasets.load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x, y = x[perm], y[perm]
+    train = ListLoader(x[:1200], y[:1200], 64, shuffle=True)
+    val = ListLoader(x[1200:1500], y[1200:1500], 100)
+    test = ListLoader(x[1500:], y[1500:], 100)
+    torch.manual_seed(0)
+    model = TinyNet(d_in=64, d=32, classes=10)
+    trainer = MetaTrainer(model, GammaNet(32), epochs=6, lr=0.1, device="cpu", progress=False)
+    history = trainer.fit(train, val, test)
+    assert len(history) == 6
+    assert history["val_acc"][-1] > 0.8  # chance is 0.1
+    assert all(g > 0 for g in history["gamma_mean"])
+    assert all(s >= 0 for s in history["gamma_std"])
+    assert history["gamma_std"][-1] > 0  # gamma varies across samples
+    gamma = trainer.predict_gamma(test)
+    assert gamma.shape == (297,)
+    assert abs(gamma.mean().item() - history["gamma_mean"][-1]) < 1e-6
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(("kwargs", "error", "name"), [
+    ({"in_features": 0}, ValueError, "in_features"),
+    ({"in_features": 2.5}, TypeError, "in_features"),
+    ({"in_features": 4, "heads": 0}, ValueError, "heads"),
+    ({"in_features": 4, "tau": 0.0}, ValueError, "tau"),
+])
+def test_gamma_net_argument_errors_name_the_argument(kwargs, error, name) -> None:
+    with pytest.raises(error, match=name):
+        GammaNet(**kwargs)
+
+
+def test_gamma_net_input_errors() -> None:
+    net = GammaNet(4)
+    with pytest.raises(ValueError, match="features"):
+        net(torch.zeros(3, 5))
+    with pytest.raises(TypeError, match="features"):
+        net(torch.zeros(3, 4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="features"):
+        net([[0.0] * 4])
+
+
+@pytest.mark.parametrize(("kwargs", "error", "name"), [
+    ({"outer": "ece"}, ValueError, "outer"),
+    ({"inner_params": "body"}, ValueError, "inner_params"),
+    ({"inner_lr": -1.0}, ValueError, "inner_lr"),
+    ({"lr": 0}, ValueError, "lr"),
+    ({"momentum": 1.0}, ValueError, "momentum"),
+    ({"weight_decay": -1}, ValueError, "weight_decay"),
+    ({"meta_lr": 0.0}, ValueError, "meta_lr"),
+    ({"schedule": "linear"}, ValueError, "schedule"),
+    ({"epochs": 0}, ValueError, "epochs"),
+    ({"seed": -1}, ValueError, "seed"),
+    ({"sece_bandwidth": 0}, ValueError, "sece_bandwidth"),
+    ({"amp": 1}, TypeError, "amp"),
+    ({"epoch_callback": 3}, TypeError, "epoch_callback"),
+    ({"device": "tpu"}, ValueError, "device"),
+])
+def test_meta_trainer_argument_errors_name_the_argument(kwargs, error, name) -> None:
+    model, gnet = make_pair()
+    with pytest.raises(error, match=name):
+        MetaTrainer(model, gnet, **{"device": "cpu", **kwargs})
+
+
+def test_meta_trainer_rejects_bad_models_and_loaders() -> None:
+    _, gnet = make_pair()
+    with pytest.raises(TypeError, match="model"):
+        MetaTrainer("net", gnet, device="cpu")
+    with pytest.raises(ValueError, match="head"):
+        MetaTrainer(nn.Linear(3, 2), gnet, device="cpu")
+    with pytest.raises(TypeError, match="gamma_net"):
+        MetaTrainer(TinyNet(), lambda f: f, device="cpu")
+    trainer = MetaTrainer(TinyNet(), gnet, device="cpu", progress=False, epochs=1)
+    train, val = make_loaders()
+    with pytest.raises(ValueError, match="val_loader"):
+        trainer.fit(train, None)
+    with pytest.raises(ValueError, match="val_loader"):
+        trainer.fit(train, [])
+
+
+def test_amp_is_ignored_with_a_warning_on_cpu() -> None:
+    model, gnet = make_pair()
+    with pytest.warns(UserWarning, match="amp"):
+        trainer = MetaTrainer(model, gnet, amp=True, device="cpu")
+    assert trainer.amp is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_amp_run() -> None:
+    model, gnet = make_pair()
+    trainer = MetaTrainer(model, gnet, **{**KW, "device": "cuda", "epochs": 2}, amp=True)
+    history = trainer.fit(*make_loaders())
+    assert next(trainer.model.parameters()).is_cuda
+    assert all(g > 0 for g in history["gamma_mean"])
+    assert all(torch.isfinite(torch.tensor(v)) for v in history["outer_loss"])
