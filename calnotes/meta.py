@@ -41,10 +41,7 @@ from __future__ import annotations
 
 import math
 import os
-import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -54,27 +51,18 @@ from torch.func import functional_call
 
 from calnotes._checks import (
     check_choice,
-    check_nonnegative_float,
     check_positive_float,
     check_positive_int,
 )
 from calnotes.losses import _dece, focal_loss
 from calnotes.metrics import sece
 from calnotes.training import (
-    CHECKPOINT_NAME,
-    SCHEDULES,
     VAL_ECE_BINS,
     History,
     Trainer,
-    _atomic_torch_save,
     _autocast,
-    _check_fingerprint,
     _collect_logits,
     _iter_batches,
-    _rng_state,
-    _set_rng_state,
-    _sha256,
-    select_device,
 )
 
 __all__ = ["GammaNet", "MetaTrainer", "GAMMA_FLOOR"]
@@ -83,7 +71,6 @@ __all__ = ["GammaNet", "MetaTrainer", "GAMMA_FLOOR"]
 GAMMA_FLOOR = 1e-6
 OUTER_LOSSES = ("sece", "dece")
 INNER_PARAMS = ("head", "all")
-_CHECKPOINT_FORMAT = 1
 MetaEpochCallback = Callable[[int, "MetaTrainer", dict], None]
 
 
@@ -139,7 +126,7 @@ class _Features(nn.Module):
         return self.model.features(x)
 
 
-class MetaTrainer:
+class MetaTrainer(Trainer):
     """Train ``model`` with a focal loss whose per-sample gamma comes from ``gamma_net``.
 
     See the module docstring for the four parts of each step. ``model`` must have
@@ -197,128 +184,62 @@ class MetaTrainer:
             raise ValueError("model must have features(x) and an nn.Linear head")
         if not isinstance(gamma_net, nn.Module):
             raise TypeError(f"gamma_net must be a torch.nn.Module, got {type(gamma_net).__name__}")
-        if epoch_callback is not None and not callable(epoch_callback):
-            raise TypeError("epoch_callback must be callable(epoch, trainer, record)")
-        for flag, value in [("amp", amp), ("progress", progress)]:
-            if not isinstance(value, bool):
-                raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
         self.outer = check_choice(outer, "outer", OUTER_LOSSES)
         self.inner_params = check_choice(inner_params, "inner_params", INNER_PARAMS)
         self.inner_lr = None if inner_lr is None else check_positive_float(inner_lr, "inner_lr")
-        self.lr = check_positive_float(lr, "lr")
-        self.momentum = check_nonnegative_float(momentum, "momentum")
-        if self.momentum >= 1:
-            raise ValueError(f"momentum must be < 1, got {self.momentum}")
-        self.weight_decay = check_nonnegative_float(weight_decay, "weight_decay")
         self.meta_lr = check_positive_float(meta_lr, "meta_lr")
-        self.schedule = check_choice(schedule, "schedule", SCHEDULES)
-        self.lr_decay = check_positive_float(lr_decay, "lr_decay")
-        self.gamma = self.lr_decay  # the step-schedule factor, as Trainer._make_scheduler reads it
-        self.epochs = check_positive_int(epochs, "epochs")
-        self.seed = check_positive_int(seed, "seed", minimum=0)
         self.sece_bandwidth = check_positive_float(sece_bandwidth, "sece_bandwidth")
-        # Same milestone rules as Trainer (it reads only .schedule and .epochs).
-        self.milestones = Trainer._resolve_milestones(self, milestones)  # type: ignore[arg-type]
-        self.device = select_device(device)
-        if amp and self.device.type != "cuda":
-            warnings.warn(f"amp=True is ignored on device {self.device}", UserWarning, stacklevel=2)
-        self.amp = amp and self.device.type == "cuda"
-        self.progress = progress
-        self.epoch_callback = epoch_callback
-        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-
-        self.model = model.to(self.device)
+        super().__init__(
+            model, optimizer="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay,
+            schedule=schedule, milestones=milestones, gamma=lr_decay, epochs=epochs,
+            device=device, amp=amp, checkpoint_dir=checkpoint_dir, progress=progress,
+            seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
+        )
         self.gamma_net = gamma_net.to(self.device)
         self._features = _Features(self.model)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("model has no trainable parameters")
         meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
         if not meta_params:
             raise ValueError("gamma_net has no trainable parameters")
-        self.optimizer = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum,
-                                         weight_decay=self.weight_decay)
         self.meta_optimizer = torch.optim.Adam(meta_params, lr=self.meta_lr)
-        self.scheduler = Trainer._make_scheduler(self)  # type: ignore[arg-type]
-        self.history = History()
-        #: Number of completed epochs.
-        self.epoch = 0
         #: Validation-loader cycling: completed passes and batches taken in the current one.
         self.val_cycle = 0
         self.val_position = 0
         self._val_iter: Iterator | None = None
+        self._val_loader: Iterable | None = None
+        self._test_loader: Iterable | None = None
+        self._outer_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        self._outer_steps = 0
 
     # ------------------------------------------------------------------ configuration
 
     def fingerprint(self) -> dict[str, Any]:
         """The configuration a checkpoint must match to be resumed (JSON-able)."""
         return {
-            "model": type(self.model).__qualname__,
-            "parameters": [[n, list(p.shape)] for n, p in self.model.named_parameters()],
+            **super().fingerprint(),
+            "trainer": "meta",
             "gamma_net": [[n, list(p.shape)] for n, p in self.gamma_net.named_parameters()],
             "gamma_net_repr": repr(self.gamma_net),
             "outer": self.outer,
             "inner_params": self.inner_params,
             "inner_lr": self.inner_lr,
-            "lr": self.lr,
-            "momentum": self.momentum,
-            "weight_decay": self.weight_decay,
             "meta_lr": self.meta_lr,
-            "schedule": self.schedule,
-            "milestones": list(self.milestones),
-            "lr_decay": self.lr_decay,
-            "epochs": self.epochs,
-            "amp": self.amp,
-            "seed": self.seed,
             "sece_bandwidth": self.sece_bandwidth,
         }
 
-    @property
-    def checkpoint_path(self) -> Path | None:
-        return None if self.checkpoint_dir is None else self.checkpoint_dir / CHECKPOINT_NAME
-
-    def save_checkpoint(self) -> Path:
-        """Write ``checkpoint_dir/last.pt`` atomically."""
-        path = self.checkpoint_path
-        if path is None:
-            raise ValueError("checkpoint_dir was not given")
-        fingerprint = self.fingerprint()
-        state = {
-            "format": _CHECKPOINT_FORMAT,
-            "kind": "meta",
-            "fingerprint": fingerprint,
-            "fingerprint_sha256": _sha256(fingerprint),
-            "epoch": self.epoch,
-            "model": self.model.state_dict(),
+    def _extra_state(self) -> dict[str, Any]:
+        return {
             "gamma_net": self.gamma_net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "meta_optimizer": self.meta_optimizer.state_dict(),
-            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-            "history": self.history.to_dict(),
-            "rng": _rng_state(),
             "val_cycle": self.val_cycle,
             "val_position": self.val_position,
         }
-        _atomic_torch_save(state, path)
-        return path
 
-    def _load_checkpoint(self, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if state.get("format") != _CHECKPOINT_FORMAT or state.get("kind") != "meta":
-            raise ValueError(f"{path} is not a calnotes meta-regularization checkpoint")
-        _check_fingerprint(state, self.fingerprint(), path)
-        self.model.load_state_dict(state["model"])
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.gamma_net.load_state_dict(state["gamma_net"])
-        self.optimizer.load_state_dict(state["optimizer"])
         self.meta_optimizer.load_state_dict(state["meta_optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-        self.history = History.from_dict(state["history"])
-        self.epoch = int(state["epoch"])
         self.val_cycle = int(state["val_cycle"])
         self.val_position = int(state["val_position"])
         self._val_iter = None
-        _set_rng_state(state["rng"])
 
     # ------------------------------------------------------------------ pieces of a step
 
@@ -429,113 +350,43 @@ class MetaTrainer:
 
     # ------------------------------------------------------------------ training
 
-    def fit(
+    def fit(  # type: ignore[override]
         self, train_loader: Iterable, val_loader: Iterable, test_loader: Iterable | None = None
     ) -> History:
         """Train until ``epochs`` epochs are done and return the :class:`History`.
 
-        Resumes from ``checkpoint_dir/last.pt`` when it exists (refusing a checkpoint of a
-        different configuration); a fresh run first seeds torch's global RNG with ``seed``.
+        ``val_loader`` supplies the outer (meta) batches and the per-epoch validation;
+        gamma statistics come from ``test_loader`` (``val_loader`` without one). Resumes
+        like :meth:`Trainer.fit`.
         """
-        from tqdm.auto import tqdm
-
         if val_loader is None:
             raise ValueError("val_loader is required: it supplies the outer (meta) batches")
-        path = self.checkpoint_path
-        if path is not None and path.exists():
-            self._load_checkpoint(path)
-        elif self.epoch == 0:
-            torch.manual_seed(self.seed)
-        if self.epoch >= self.epochs:
-            return self.history
-        try:
-            n_batches: int | None = len(train_loader)  # type: ignore[arg-type]
-        except TypeError:
-            n_batches = None
-        bar = tqdm(total=self.epochs, initial=self.epoch, desc="meta epochs", unit="epoch",
-                   disable=not self.progress, dynamic_ncols=True)
-        try:
-            while self.epoch < self.epochs:
-                record = self._run_epoch(train_loader, val_loader, test_loader, n_batches, tqdm)
-                bar.update(1)
-                bar.set_postfix({k: f"{v:.4g}" for k, v in record.items()
-                                 if k in ("train_loss", "val_acc", "val_ece", "gamma_mean")})
-        finally:
-            bar.close()
-        return self.history
-
-    def _run_epoch(self, train_loader, val_loader, test_loader, n_batches, tqdm) -> dict:
-        index = self.epoch
-        start = time.perf_counter()
-        if hasattr(train_loader, "set_epoch"):
-            train_loader.set_epoch(index)
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self.model.train()
+        self._val_loader, self._test_loader = val_loader, test_loader
         self.gamma_net.train()
-        sums = torch.zeros(3, device=self.device, dtype=torch.float64)  # loss, correct, outer
-        seen = steps = 0
-        batches = tqdm(_iter_batches(train_loader, "train_loader"), total=n_batches, leave=False,
-                       desc=f"epoch {index + 1}/{self.epochs}", disable=not self.progress,
-                       dynamic_ncols=True)
-        for x, y in batches:
-            xv, yv = self._next_val_batch(val_loader)
-            x, y = x.to(self.device), y.to(self.device).long()
-            xv, yv = xv.to(self.device), yv.to(self.device).long()
-            loss, logits, outer = self.train_step(x, y, xv, yv)
-            n = y.shape[0]
-            sums += torch.stack([loss.double() * n, (logits.argmax(1) == y).sum().double(),
-                                 outer.double()])
-            seen += n
-            steps += 1
-        if seen == 0:
-            raise ValueError("train_loader yielded no batches")
-        train_loss, n_correct, outer_sum = sums.tolist()
-        if not math.isfinite(train_loss) or not math.isfinite(outer_sum):
+        return super().fit(train_loader, val_loader)
+
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x_val, y_val = self._next_val_batch(self._val_loader)  # type: ignore[arg-type]
+        loss, logits, outer = self.train_step(x, y, x_val.to(self.device),
+                                              y_val.to(self.device).long())
+        self._outer_sum += outer.double()
+        self._outer_steps += 1
+        return loss, logits
+
+    def _extend_record(self, record: dict[str, Any]) -> None:
+        """``outer_loss`` (mean over the epoch's steps) and gamma's mean and std."""
+        outer_sum, steps = float(self._outer_sum), self._outer_steps
+        self._outer_sum.zero_()
+        self._outer_steps = 0
+        if not math.isfinite(outer_sum):
             raise FloatingPointError(
-                f"training diverged in epoch {index + 1} (train loss {train_loss}, outer "
-                f"loss sum {outer_sum}); lower lr or meta_lr"
+                f"the outer loss diverged in epoch {record['epoch']}; lower meta_lr"
             )
-        record: dict[str, Any] = {
-            "epoch": index + 1,
-            "lr": lr,
-            "train_loss": train_loss / seen,
-            "train_acc": n_correct / seen,
-        }
-        record.update(self.validate(val_loader))
-        record["outer_loss"] = outer_sum / steps
-        gamma = self.predict_gamma(val_loader if test_loader is None else test_loader)
+        record["outer_loss"] = outer_sum / max(steps, 1)
+        loader = self._val_loader if self._test_loader is None else self._test_loader
+        gamma = self.predict_gamma(loader)  # type: ignore[arg-type]
         record["gamma_mean"] = float(gamma.mean())
         record["gamma_std"] = float(gamma.std(correction=0))
-        record["seconds"] = time.perf_counter() - start
-        if self.epoch_callback is not None:
-            self.epoch_callback(index + 1, self, record)
-            record["seconds"] = time.perf_counter() - start
-        self.history.append(record)
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.epoch = index + 1
-        if self.checkpoint_dir is not None:
-            self.save_checkpoint()
-        return record
-
-    def validate(self, loader: Iterable) -> dict[str, float]:
-        """``val_loss`` (NLL), ``val_ece`` (15 bins), ``val_acc``, ``val_logit_norm``."""
-        from calnotes import metrics
-
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            logits, labels = _collect_logits(self.model, loader, self.device, amp=self.amp,
-                                             name="val_loader")
-        finally:
-            self.model.train(was_training)
-        probs = torch.softmax(logits, dim=1)
-        return {
-            "val_loss": float(metrics.nll(probs, labels)),
-            "val_ece": float(metrics.ece(probs, labels, n_bins=VAL_ECE_BINS)),
-            "val_acc": 1.0 - float(metrics.error(probs, labels)),
-            "val_logit_norm": float(logits.double().norm(dim=1).mean()),
-        }
 
     def predict_gamma(self, loader: Iterable) -> torch.Tensor:
         """gamma-Net's gamma ``(N,)`` (float32, on the CPU) for every sample of ``loader``,

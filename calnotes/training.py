@@ -513,6 +513,7 @@ class Trainer:
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "history": self.history.to_dict(),
             "rng": _rng_state(),
+            **self._extra_state(),
         }
         _atomic_torch_save(state, path)
         return path
@@ -528,7 +529,31 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.history = History.from_dict(state["history"])
         self.epoch = int(state["epoch"])
+        self._load_extra_state(state)
         _set_rng_state(state["rng"])
+
+    # ------------------------------------------------------------------ hooks for subclasses
+
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on a batch; returns ``(loss, logits)``, detached."""
+        with _autocast(self.device, self.amp):
+            logits = self._forward(x)
+        logits = logits.float()
+        loss = self.loss_fn(logits, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach(), logits.detach()
+
+    def _extend_record(self, record: dict[str, Any]) -> None:
+        """Add fields to an epoch's record after validation (none here)."""
+
+    def _extra_state(self) -> dict[str, Any]:
+        """More state for the checkpoint (none here)."""
+        return {}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`_extra_state` saved."""
 
     # ------------------------------------------------------------------ training
 
@@ -583,16 +608,10 @@ class Trainer:
             y = y.to(self.device, non_blocking=True)
             if self.channels_last and x.ndim == 4:
                 x = x.contiguous(memory_format=torch.channels_last)
-            with _autocast(self.device, self.amp):
-                logits = self._forward(x)
-            logits = logits.float()
-            loss = self.loss_fn(logits, y)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            loss, logits = self._train_step(x, y)
             n = y.shape[0]
-            loss_sum += loss.detach().double() * n
-            correct += (logits.detach().argmax(dim=1) == y).sum()
+            loss_sum += loss.double() * n
+            correct += (logits.argmax(dim=1) == y).sum()
             seen += n
         if seen == 0:
             raise ValueError("train_loader yielded no batches")
@@ -610,6 +629,7 @@ class Trainer:
         }
         if val_loader is not None:
             record.update(self.validate(val_loader))
+        self._extend_record(record)
         record["seconds"] = time.perf_counter() - start
         if self.epoch_callback is not None:
             self.epoch_callback(index + 1, self, record)
