@@ -774,6 +774,19 @@ def fetch_dataset(name: str, root: str | os.PathLike[str] | None = None) -> Path
     return _ensure_tv_files(name, base, download=True)
 
 
+def _load_raw(name: str, base: Path, download: bool) -> tuple[ImageData, ImageData]:
+    """The full train and test splits of dataset ``name`` as stored on disk."""
+    if name in SHA256:
+        return _load_idx_dataset(name, base, download)
+    if name == "cifar10":
+        return _load_cifar10(base, download)
+    if name == "cifar100":
+        return _load_cifar100(base, download)
+    if name == "svhn":
+        return _load_svhn(base, download)
+    return _load_digits()
+
+
 def load_dataset(
     name: str,
     root: str | os.PathLike[str] | None = None,
@@ -803,16 +816,7 @@ def load_dataset(
             check_positive_int(value, arg)
     base = data_root(root)
     info = _INFO[name]
-    if name in SHA256:
-        train_full, test = _load_idx_dataset(name, base, download)
-    elif name == "cifar10":
-        train_full, test = _load_cifar10(base, download)
-    elif name == "cifar100":
-        train_full, test = _load_cifar100(base, download)
-    elif name == "svhn":
-        train_full, test = _load_svhn(base, download)
-    else:
-        train_full, test = _load_digits()
+    train_full, test = _load_raw(name, base, download)
 
     n_val = _resolve_val_size(val_size, info.default_val, len(train_full))
     train, val = _split(train_full, n_val, seed)
@@ -969,16 +973,7 @@ def ood_images(
     if dataset == like.name:
         raise ValueError(f"name {name!r} is the in-distribution dataset itself, not OOD")
     base = data_root(root)
-    if dataset in SHA256:
-        _, test = _load_idx_dataset(dataset, base, download)
-    elif dataset == "cifar10":
-        _, test = _load_cifar10(base, download)
-    elif dataset == "cifar100":
-        _, test = _load_cifar100(base, download)
-    elif dataset == "svhn":
-        _, test = _load_svhn(base, download)
-    else:
-        _, test = _load_digits()
+    _, test = _load_raw(dataset, base, download)
     return match_images(test.subset(n, seed).images, c, size)
 
 

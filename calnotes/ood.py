@@ -44,6 +44,7 @@ from calnotes._checks import (
     check_positive_int,
     like_input,
 )
+from calnotes.training import _model_device
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -149,14 +150,6 @@ def odin(
     if xt.ndim < 2 or xt.shape[0] == 0:
         raise ValueError(f"x must be a non-empty batch (N, ...), got shape {tuple(xt.shape)}")
     return like_input(_odin_batch(model, xt, temperature, epsilon), numpy_out)
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for param in model.parameters():
-        return param.device
-    for buffer in model.buffers():
-        return buffer.device
-    return torch.device("cpu")
 
 
 def odin_scores(

@@ -25,14 +25,7 @@ from calnotes.calibrators import (
     calibrate,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small problems: extra threads only add synchronization overhead on 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 LOGIT_CALIBRATORS = ["temperature", "vector", "matrix", "platt"]

@@ -21,13 +21,7 @@ from calnotes.evaluation import (
     table1,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _overconfident(n: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,12 +16,7 @@ CH01_CONFIG = {"dataset": "fashion_mnist", "model": "lenet5", "epochs": 30,
                "weight_decay": 0.0, "lr": 0.05, "seed": 0}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_optional_keys_are_absent_unless_set_so_old_hashes_stay() -> None:
