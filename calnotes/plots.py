@@ -70,6 +70,7 @@ def reliability_diagram(
     ax: Axes | None = None,
     title: str | None = None,
     bootstrap: int = 0,
+    min_count: int = 10,
     show_histogram: bool = True,
     color: str = "C0",
 ) -> Axes:
@@ -79,7 +80,9 @@ def reliability_diagram(
     the diagonal (the per-bin calibration error ``conf_m - acc_m``), and the inset text the
     ECE and MCE. With ``show_histogram`` a small panel under the diagram shows the share of
     samples per bin (most modern networks put nearly all of them in the last bin).
-    ``bootstrap > 0`` draws a percentile band for each bin's accuracy.
+    ``bootstrap > 0`` draws a 90% percentile band for the accuracy of each bin holding at
+    least ``min_count`` samples (a band from a handful of samples spans nearly [0, 1] and
+    says nothing).
     """
     ax = _axes(ax)
     bins = metrics.reliability_bins(probs, labels, n_bins=n_bins)
@@ -97,14 +100,16 @@ def reliability_diagram(
     if bootstrap:
         lo, hi = bootstrap_bin_accuracy(probs, labels, n_bins=n_bins, n_boot=bootstrap)
         centers = left + width / 2
-        ax.errorbar(centers[filled], acc[filled],
-                    yerr=[(acc - lo)[filled], (hi - acc)[filled]], fmt="none",
+        banded = counts >= check_positive_int(min_count, "min_count")
+        ax.errorbar(centers[banded], acc[banded],
+                    yerr=[(acc - lo)[banded], (hi - acc)[banded]], fmt="none",
                     ecolor="black", elinewidth=0.8, capsize=2, label="90% bootstrap")
     ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
     ece = float(metrics.ece(probs, labels, n_bins=n_bins))
     mce = float(metrics.mce(probs, labels, n_bins=n_bins))
     ax.text(0.04, 0.93, f"ECE {100 * ece:.2f}%\nMCE {100 * mce:.2f}%", transform=ax.transAxes,
-            va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.85, "linewidth": 0})
+            va="top", fontsize=9, zorder=10,
+            bbox={"facecolor": "white", "alpha": 0.95, "linewidth": 0})
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("confidence")

@@ -85,3 +85,15 @@ def test_bad_input_names_the_argument(predictions):
         plots.bootstrap_bin_accuracy(probs, labels, level=1.5)
     with pytest.raises(ValueError, match="n_boot"):
         plots.bootstrap_bin_accuracy(probs, labels, n_boot=0)
+
+
+def test_bootstrap_bars_only_for_populated_bins(predictions):
+    probs, labels = predictions
+    counts = np.asarray(metrics.reliability_bins(probs, labels, n_bins=10).counts)
+    ax = plots.reliability_diagram(probs, labels, n_bins=10, bootstrap=20, min_count=50)
+    bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    segments = bars[0].lines[2][0].get_segments()
+    assert len(segments) == int((counts >= 50).sum()) < int((counts > 0).sum())
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="min_count"):
+        plots.reliability_diagram(probs, labels, bootstrap=5, min_count=0)
