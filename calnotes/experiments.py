@@ -22,6 +22,7 @@ from torch import nn
 from calnotes.training import (
     EpochCallback,
     History,
+    MixupTrainer,
     Trainer,
     describe_device,
     predict_logits,
@@ -31,11 +32,13 @@ from calnotes.training import (
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "META_OPTIONS",
     "OPTIONAL_CONFIG",
     "RunResult",
     "available_losses",
     "default_config",
     "make_loss",
+    "make_trainer",
     "register_loss",
     "train_run",
 ]
@@ -68,9 +71,32 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: ``positive_class``: an int ``k`` turns the run into the binary problem
 #: ``y' = 1[y == k]`` (e.g. MNIST "9 vs not-9"), via :func:`calnotes.data.binary_target`
 #: applied after the split and the subsets; logits then have 2 columns.
+#:
+#: ``meta``: a dict of meta-regularization options (keys of :data:`META_OPTIONS`, all
+#: optional) trains with :class:`calnotes.meta.MetaTrainer`: a per-sample focal loss whose
+#: gamma a gamma-Net learns (FLgamma-SECE, or FLgamma-DECE with ``{"outer": "dece"}``).
+#: Such a run needs ``loss="focal"`` without options (gamma is learned, not set).
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
+    "meta": None,
 }
+
+#: Options of a ``meta`` config and their defaults: ``outer`` loss (``"sece"``/``"dece"``),
+#: gamma-Net ``heads`` and ``gamma_tau``, its Adam ``meta_lr``, the look-ahead's
+#: ``inner_params`` (``"head"``/``"all"``) and ``inner_lr`` (``None``: the backbone's
+#: current learning rate), and the SECE kernel's ``sece_bandwidth``.
+META_OPTIONS: dict[str, Any] = {
+    "outer": "sece",
+    "heads": 8,
+    "gamma_tau": 1.0,
+    "meta_lr": 1e-3,
+    "inner_params": "head",
+    "inner_lr": None,
+    "sece_bandwidth": 0.05,
+}
+
+#: Losses that need their own trainer rather than a ``loss(logits, labels)`` callable.
+TRAINER_LOSSES = ("mixup",)
 
 
 def default_config(**overrides: Any) -> dict[str, Any]:
@@ -99,6 +125,8 @@ def default_config(**overrides: Any) -> dict[str, Any]:
             raise TypeError(f"config['positive_class'] must be an int, got {type(k).__name__}")
         if k < 0:
             raise ValueError(f"config['positive_class'] must be >= 0, got {k}")
+    if "meta" in config:
+        config["meta"] = _check_meta(config["meta"], config)
     for key in ("model_options", "loss_options"):
         if not isinstance(config[key], Mapping):
             raise TypeError(f"config[{key!r}] must be a dict, got {type(config[key]).__name__}")
@@ -107,6 +135,23 @@ def default_config(**overrides: Any) -> dict[str, Any]:
         if not isinstance(config[key], str):
             raise TypeError(f"config[{key!r}] must be a str, got {type(config[key]).__name__}")
     return config
+
+
+def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` with every option of :data:`META_OPTIONS` filled in."""
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"config['meta'] must be a dict, got {type(meta).__name__}")
+    unknown = sorted(set(meta) - set(META_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"config['meta'] has unknown option(s) {unknown}; valid ones are {sorted(META_OPTIONS)}"
+        )
+    if config["loss"] != "focal" or config["loss_options"]:
+        raise ValueError(
+            "a meta run learns a per-sample focal gamma: set loss='focal' and no loss_options, "
+            f"got loss={config['loss']!r} with loss_options={dict(config['loss_options'])}"
+        )
+    return {**META_OPTIONS, **dict(meta)}
 
 
 # --------------------------------------------------------------------------- loss registry
@@ -134,8 +179,8 @@ def _library_losses() -> Mapping[str, LossFactory]:
 
 
 def available_losses() -> list[str]:
-    """Names :func:`make_loss` accepts."""
-    return sorted(set(_REGISTRY) | set(_library_losses()))
+    """Names a config's ``loss`` accepts: those of :func:`make_loss` and ``"mixup"``."""
+    return sorted(set(_REGISTRY) | set(_library_losses()) | set(TRAINER_LOSSES))
 
 
 def register_loss(name: str, factory: LossFactory, *, overwrite: bool = False) -> None:
@@ -253,15 +298,17 @@ def train_run(
         cfg["model"], splits.num_classes, splits.in_channels, splits.image_size,
         **cfg["model_options"],
     )
-    trainer = Trainer(
-        model, make_loss(cfg["loss"], **cfg["loss_options"]),
-        optimizer=cfg["optimizer"], lr=cfg["lr"], momentum=cfg["momentum"],
-        weight_decay=cfg["weight_decay"], schedule=cfg["schedule"], epochs=cfg["epochs"],
-        device=dev, amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
-        progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback,
+    trainer = make_trainer(
+        cfg, model, device=dev, checkpoint_dir=checkpoint_dir, progress=progress,
+        epoch_callback=epoch_callback,
     )
     has_val = val_loader is not None and _nonempty(val_loader)
-    history = trainer.fit(train_loader, val_loader if has_val else None)
+    if "meta" in cfg:
+        if not has_val:
+            raise ValueError("a meta run needs validation data: set config['val_size'] > 0")
+        history = trainer.fit(train_loader, val_loader, test_loader)
+    else:
+        history = trainer.fit(train_loader, val_loader if has_val else None)
 
     start = time.perf_counter()
     val_logits, val_labels = predict_logits(model, val_loader) if has_val else (None, None)
@@ -275,6 +322,49 @@ def train_run(
         test_logits=test_logits, test_labels=test_labels, metrics=metrics, seconds=seconds,
         device=describe_device(dev), model=model,
     )
+
+
+def make_trainer(
+    config: Mapping[str, Any],
+    model: nn.Module,
+    *,
+    device: str | torch.device = "auto",
+    checkpoint_dir: str | None = None,
+    progress: bool = True,
+    epoch_callback: EpochCallback | None = None,
+) -> Trainer:
+    """The trainer a config asks for: :class:`~calnotes.meta.MetaTrainer` with a ``meta``
+    key, :class:`~calnotes.training.MixupTrainer` for ``loss="mixup"`` (option ``alpha``),
+    otherwise :class:`~calnotes.training.Trainer` with :func:`make_loss`."""
+    cfg = default_config(**config)
+    dev = select_device(device)
+    options: dict[str, Any] = dict(
+        lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
+        schedule=cfg["schedule"], epochs=cfg["epochs"], device=dev,
+        amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
+        progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback,
+    )
+    if "meta" in cfg:
+        from calnotes.meta import GammaNet, MetaTrainer
+
+        if cfg["optimizer"] != "sgd":
+            raise ValueError(f"a meta run trains the backbone with sgd, got {cfg['optimizer']!r}")
+        meta = cfg["meta"]
+        gamma_net = GammaNet(model.head.in_features, heads=meta["heads"], tau=meta["gamma_tau"])
+        return MetaTrainer(
+            model, gamma_net, outer=meta["outer"], inner_params=meta["inner_params"],
+            inner_lr=meta["inner_lr"], meta_lr=meta["meta_lr"],
+            sece_bandwidth=meta["sece_bandwidth"], **options,
+        )
+    options["optimizer"] = cfg["optimizer"]
+    if cfg["loss"] == "mixup":
+        loss_options = dict(cfg["loss_options"])
+        alpha = loss_options.pop("alpha", 0.2)
+        if loss_options:
+            raise ValueError(f"loss 'mixup' got unknown option(s) {sorted(loss_options)}; "
+                             "it accepts ['alpha']")
+        return MixupTrainer(model, alpha=alpha, **options)
+    return Trainer(model, make_loss(cfg["loss"], **cfg["loss_options"]), **options)
 
 
 def _nonempty(loader: Any) -> bool:

@@ -276,14 +276,16 @@ class MetaTrainer(Trainer):
 
     def hypergradient(
         self, x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor,
-        inner_lr: float, *, look_ahead: bool = True,
+        inner_lr: float, *, look_ahead: bool = True, features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Steps (1)-(3) without the update: ``(outer loss, d outer / d gamma-Net params)``.
 
-        ``look_ahead=False`` evaluates the outer loss at the current parameters (no virtual
-        step); its gradient is then ``None`` (zero) for every gamma-Net parameter.
+        ``features`` are the detached penultimate features of ``x`` when the caller has
+        them (the training step reuses those of its real forward); otherwise they are
+        computed. ``look_ahead=False`` evaluates the outer loss at the current parameters
+        (no virtual step); its gradient is then ``None`` (zero) for every gamma-Net parameter.
         """
-        feats = self._detached_features(x)
+        feats = self._detached_features(x) if features is None else features
         gamma = self.gamma_net(feats)
         params = self._selected()
         if look_ahead:
@@ -324,24 +326,39 @@ class MetaTrainer(Trainer):
     def train_step(
         self, x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One meta step (1)-(4); returns ``(focal loss, logits, outer loss)``, detached."""
+        """One meta step (1)-(4); returns ``(focal loss, logits, outer loss)``, detached.
+
+        The backbone's forward on ``x`` runs once: its features, detached, feed gamma-Net
+        and the look-ahead, and its graph carries the real step's backward. (In training
+        mode batch norm normalizes with batch statistics, so these features equal those of
+        a separate forward.)
+        """
         lr_now = float(self.optimizer.param_groups[0]["lr"])
         inner_lr = lr_now if self.inner_lr is None else self.inner_lr
-        outer, hyper = self.hypergradient(x, y, x_val, y_val, inner_lr)
+        with _autocast(self.device, self.amp):
+            feats = self.model.features(x)
+        detached = _widen(feats.detach())
+        outer, hyper = self.hypergradient(x, y, x_val, y_val, inner_lr, features=detached)
         meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
         self.meta_optimizer.zero_grad(set_to_none=True)
         for p, g in zip(meta_params, hyper, strict=True):
             p.grad = torch.zeros_like(p) if g is None else g
         self.meta_optimizer.step()
-        return (*self.real_step(x, y), outer)
+        return (*self._focal_step(feats, detached, y), outer)
 
     def real_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step (4): SGD on ``FL(model(x), y; gamma_net(features).detach())``."""
+        """Step (4) alone: SGD on ``FL(model(x), y; gamma_net(features).detach())``."""
         with _autocast(self.device, self.amp):
             feats = self.model.features(x)
+        return self._focal_step(feats, _widen(feats.detach()), y)
+
+    def _focal_step(
+        self, feats: torch.Tensor, detached: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with _autocast(self.device, self.amp):
             logits = _widen(self.model.head(feats))
         with torch.no_grad():
-            gamma = self.gamma_net(_widen(feats.detach()))
+            gamma = self.gamma_net(detached)
         loss = focal_loss(logits, y, gamma)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

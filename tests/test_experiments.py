@@ -73,3 +73,62 @@ def test_train_run_rejects_out_of_range_positive_class() -> None:
               "positive_class": 10}
     with pytest.raises(ValueError, match="positive_class"):
         experiments.train_run(config, device="cpu", progress=False)
+
+
+# --------------------------------------------------------------------------- meta and mixup
+
+
+def test_meta_config_fills_its_options_and_changes_the_hash() -> None:
+    cfg = default_config(loss="focal", meta={"outer": "dece"})
+    assert cfg["meta"] == {**experiments.META_OPTIONS, "outer": "dece"}
+    assert default_config(**cfg) == cfg
+    assert config_hash(cfg) != config_hash(default_config(loss="focal", meta={}))
+    assert config_hash(default_config(loss="focal", meta=None)) == config_hash(
+        default_config(loss="focal"))
+
+
+@pytest.mark.parametrize(("overrides", "error", "match"), [
+    ({"loss": "focal", "meta": "sece"}, TypeError, "meta"),
+    ({"loss": "focal", "meta": {"outr": "sece"}}, ValueError, "outr"),
+    ({"loss": "ce", "meta": {}}, ValueError, "loss='focal'"),
+    ({"loss": "focal", "loss_options": {"gamma": 3.0}, "meta": {}}, ValueError, "loss_options"),
+])
+def test_meta_config_errors(overrides, error, match) -> None:
+    with pytest.raises(error, match=match):
+        default_config(**overrides)
+
+
+def test_make_trainer_picks_the_trainer_the_config_names() -> None:
+    from calnotes.meta import MetaTrainer
+    from calnotes.models import build_model
+    from calnotes.training import MixupTrainer, Trainer
+
+    def build(**overrides):
+        model = build_model("lenet5", 10, 1, 8)
+        return experiments.make_trainer(default_config(**overrides), model, device="cpu")
+
+    meta = build(loss="focal", meta={"outer": "dece", "heads": 3, "meta_lr": 0.01})
+    assert isinstance(meta, MetaTrainer)
+    assert (meta.outer, meta.gamma_net.heads, meta.meta_lr) == ("dece", 3, 0.01)
+    mixup = build(loss="mixup", loss_options={"alpha": 0.4})
+    assert isinstance(mixup, MixupTrainer) and mixup.alpha == 0.4
+    plain = build(loss="focal", loss_options={"gamma": 2.0})
+    assert type(plain) is Trainer and plain.loss_fn.gamma == 2.0
+    with pytest.raises(ValueError, match="alpha"):
+        build(loss="mixup", loss_options={"beta": 1.0})
+    with pytest.raises(ValueError, match="sgd"):
+        build(loss="focal", meta={}, optimizer="adam")
+    assert "mixup" in experiments.available_losses()
+
+
+def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
+    config = {"dataset": "digits", "model": "lenet5", "epochs": 2, "batch_size": 64,
+              "val_size": 300, "test_subset": 200, "loss": "focal", "meta": {}}
+    result = experiments.train_run(config, device="cpu", progress=False)
+    gamma_mean, gamma_std = result.history["gamma_mean"], result.history["gamma_std"]
+    assert len(gamma_mean) == 2 and all(g > 0 for g in gamma_mean)
+    assert all(s >= 0 for s in gamma_std)
+    assert result.test_logits.shape == (200, 10)
+
+    with pytest.raises(ValueError, match="val_size"):
+        experiments.train_run({**config, "val_size": 0}, device="cpu", progress=False)

@@ -18,6 +18,7 @@ from torch import nn
 
 from calnotes.training import (
     History,
+    MixupTrainer,
     Trainer,
     predict_logits,
     seed_everything,
@@ -450,3 +451,57 @@ def test_default_step_milestones_work_for_a_single_epoch():
     model = torch.nn.Linear(2, 2)
     trainer = Trainer(model, schedule="step", epochs=1, device="cpu", progress=False)
     assert trainer.milestones == (1,)
+
+
+# --------------------------------------------------------------------------- mixup
+
+
+def test_mixup_trainer_step_is_the_mixup_loss_of_a_seeded_batch() -> None:
+    from calnotes.losses import MixupLoss, mixup_batch
+
+    x, y = blobs(n=32)
+    model = tiny_model()
+    start = params(model)
+    trainer = MixupTrainer(model, alpha=0.4, lr=0.05, epochs=1, device="cpu", progress=False,
+                           seed=7)
+    torch.manual_seed(0)
+    loss, _ = trainer._train_step(x, y)
+
+    reference = tiny_model()
+    reference.load_state_dict(start)
+    x_mixed, y_a, y_b, lam = mixup_batch(x, y, 0.4, torch.Generator().manual_seed(7))
+    assert 0.0 < lam < 1.0 and not torch.equal(y_a, y_b)
+    torch.manual_seed(0)  # same dropout mask
+    expected = MixupLoss()(reference(x_mixed), y_a, y_b, lam)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_mixup_trainer_learns_and_resumes_bit_identically(tmp_path: Path) -> None:
+    train, val = make_loaders()
+    full = MixupTrainer(tiny_model(), alpha=0.2, **KW)
+    expected = full.fit(train, val)
+    assert expected["val_acc"][-1] > 0.9
+
+    def crash(epoch, trainer, record):
+        if epoch == 3:
+            raise KeyboardInterrupt
+
+    train, val = make_loaders()
+    with pytest.raises(KeyboardInterrupt):
+        MixupTrainer(tiny_model(), alpha=0.2, checkpoint_dir=tmp_path, epoch_callback=crash,
+                     **KW).fit(train, val)
+    resumed = MixupTrainer(tiny_model(seed=4), alpha=0.2, checkpoint_dir=tmp_path, **KW)
+    history = resumed.fit(train, val)
+    assert history.without_timing() == expected.without_timing()
+    assert_same_state(params(resumed.model), params(full.model))
+
+
+def test_mixup_trainer_checks_alpha_and_refuses_a_plain_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        MixupTrainer(tiny_model(), alpha=0.0, device="cpu")
+    with pytest.raises(TypeError, match="alpha"):
+        MixupTrainer(tiny_model(), alpha="0.2", device="cpu")
+    train, val = make_loaders()
+    Trainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train, val)
+    with pytest.raises(ValueError, match="trainer"):
+        MixupTrainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train, val)
