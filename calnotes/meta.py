@@ -207,6 +207,7 @@ class MetaTrainer(Trainer):
         self._val_iter: Iterator | None = None
         self._val_loader: Iterable | None = None
         self._test_loader: Iterable | None = None
+        self._val_gamma = torch.zeros(0)
         self._outer_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         self._outer_steps = 0
 
@@ -400,10 +401,32 @@ class MetaTrainer(Trainer):
                 f"the outer loss diverged in epoch {record['epoch']}; lower meta_lr"
             )
         record["outer_loss"] = outer_sum / max(steps, 1)
-        loader = self._val_loader if self._test_loader is None else self._test_loader
-        gamma = self.predict_gamma(loader)  # type: ignore[arg-type]
+        gamma = self._val_gamma if self._test_loader is None else self.predict_gamma(
+            self._test_loader)
         record["gamma_mean"] = float(gamma.mean())
         record["gamma_std"] = float(gamma.std(correction=0))
+
+    def validate(self, loader: Iterable) -> dict[str, float]:
+        """:meth:`Trainer.validate`; without a test loader the same eval-mode forward also
+        gives gamma on the validation samples (kept for the epoch's gamma statistics)."""
+        if self._test_loader is not None:
+            return super().validate(loader)
+        classes = self.model.head.out_features
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            both, labels = _collect_logits(self._logits_and_gamma, loader, self.device,
+                                           amp=self.amp, name="val_loader")
+        finally:
+            self.model.train(was_training)
+        self._val_gamma = both[:, classes]
+        return self._validation_metrics(both[:, :classes], labels)
+
+    def _logits_and_gamma(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C + 1)``: the logits, then gamma, from one forward of the backbone."""
+        feats = self.model.features(x)
+        return torch.cat([_widen(self.model.head(feats)),
+                          self.gamma_net(_widen(feats)).unsqueeze(1)], dim=1)
 
     def predict_gamma(self, loader: Iterable) -> torch.Tensor:
         """gamma-Net's gamma ``(N,)`` (float32, on the CPU) for every sample of ``loader``,

@@ -650,8 +650,6 @@ class Trainer:
         Computed on ``softmax(z)`` of the whole loader in eval mode; the train/eval mode of
         the model is restored afterwards.
         """
-        from calnotes import metrics
-
         was_training = self.model.training
         self.model.eval()
         try:
@@ -659,6 +657,11 @@ class Trainer:
                                              channels_last=self.channels_last, name="val_loader")
         finally:
             self.model.train(was_training)
+        return self._validation_metrics(logits, labels)
+
+    def _validation_metrics(self, logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+        from calnotes import metrics
+
         probs = torch.softmax(logits, dim=1)
         values = torch.stack([
             torch.as_tensor(metrics.nll(probs, labels), dtype=torch.float64, device=self.device),

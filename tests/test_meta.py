@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from calnotes.meta import GAMMA_FLOOR, GammaNet, MetaTrainer
+from calnotes.training import Trainer
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -295,6 +296,20 @@ def test_small_real_run_on_digits_learns_and_records_gamma() -> None:
     gamma = trainer.predict_gamma(test)
     assert gamma.shape == (297,)
     assert abs(gamma.mean().item() - history["gamma_mean"][-1]) < 1e-6
+
+
+def test_without_a_test_loader_gamma_comes_from_the_validation_forward() -> None:
+    model, gnet = make_pair()
+    trainer = MetaTrainer(model, gnet, **KW)
+    train, val = make_loaders()
+    history = trainer.fit(train, val)
+    gamma = trainer.predict_gamma(val)
+    assert history["gamma_mean"][-1] == pytest.approx(gamma.mean().item(), rel=1e-6)
+    assert history["gamma_std"][-1] == pytest.approx(gamma.std(correction=0).item(), rel=1e-5)
+    # the one-pass validation gives the same metrics as the Trainer's own
+    plain = Trainer.validate(trainer, val)
+    for key, value in plain.items():
+        assert history[key][-1] == pytest.approx(value, rel=1e-6, abs=1e-9), key
 
 
 # --------------------------------------------------------------------------- validation
