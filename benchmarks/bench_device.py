@@ -18,12 +18,12 @@ code path, the figures that matter are the CUDA ones).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 import torch
+from _common import report, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from calnotes.data import load_dataset, make_loaders
@@ -41,10 +41,6 @@ def peak_tflops(device: torch.device) -> float | None:
     return next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
 
 def step_rate(trainer: Trainer, x: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, float]:
     """FLOPs of one step (counted once) and the seconds per step (the mean over
@@ -54,11 +50,11 @@ def step_rate(trainer: Trainer, x: torch.Tensor, y: torch.Tensor, steps: int) ->
     flops = counter.get_total_flops()
     for _ in range(3):
         trainer._train_step(x, y)
-    _sync(trainer.device)
+    sync(trainer.device)
     start = time.perf_counter()
     for _ in range(steps):
         trainer._train_step(x, y)
-    _sync(trainer.device)
+    sync(trainer.device)
     seconds = (time.perf_counter() - start) / steps
     return {"flops_per_step": flops, "seconds_per_step": seconds}
 
@@ -81,7 +77,7 @@ def time_to_accuracy(splits: Any, model_name: str, batch_size: int, target: floa
         logits, labels = predict_logits(model, test)
         result["test_acc"].append(float((logits.argmax(1) == labels).double().mean()))
         if result["test_acc"][-1] >= target:
-            _sync(device)
+            sync(device)
             result["epochs"], result["seconds"] = epoch, time.perf_counter() - start
             raise _Reached
 
@@ -141,13 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          "last_test_acc": round(reach["test_acc"][-1], 4),
          "max_epochs": args.max_epochs},
     ]
-    for row in rows:
-        print(" | ".join(f"{k}: {v}" for k, v in row.items()))
-    result = {"rows": rows, "config": {k: v for k, v in vars(args).items() if k != "json"}}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+    return report(rows, args, args.json)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ medians is reported.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from typing import Any
 
 import torch
+from _common import report, sync
 
 from calnotes.data import load_dataset, make_loaders
 from calnotes.meta import GammaNet, MetaTrainer
@@ -28,16 +28,11 @@ from calnotes.models import build_model
 from calnotes.training import Trainer, select_device
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _epoch_seconds(trainer: Trainer, fit_args: tuple, device: torch.device) -> float:
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     trainer.fit(*fit_args)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -86,14 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
     }]
-    for row in rows:
-        print(" | ".join(f"{k}: {v}" for k, v in row.items()))
-    result = {"rows": rows, "times": times,
-              "config": {k: v for k, v in vars(args).items() if k != "json"}}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+    return report(rows, args, args.json, times=times)
 
 
 if __name__ == "__main__":

@@ -13,22 +13,17 @@ the whole uint8 tensor on the device and augments whole batches with tensor ops.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 import torch
+from _common import report, sync
 from torch import nn
 
 from calnotes.data import _import_torchvision, load_dataset, make_loaders
 from calnotes.models import build_model
 from calnotes.training import Trainer, select_device
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_calnotes(splits: Any, model_name: str, batch_size: int, epochs: int,
@@ -38,10 +33,10 @@ def time_calnotes(splits: Any, model_name: str, batch_size: int, epochs: int,
     model = build_model(model_name, splits.num_classes, splits.in_channels, splits.image_size)
     trainer = Trainer(model, lr=0.05, weight_decay=0.0, epochs=epochs, device=device,
                       progress=False, schedule="none")
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     trainer.fit(train)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -74,7 +69,7 @@ def time_dataloader(splits: Any, model_name: str, batch_size: int, epochs: int,
                         splits.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     for _ in range(epochs):
         for x, y in loader:
@@ -83,7 +78,7 @@ def time_dataloader(splits: Any, model_name: str, batch_size: int, epochs: int,
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -114,13 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "speedup_calnotes_over_peer": round(peer / ours, 2),
         "torch_threads": torch.get_num_threads(),
     }]
-    for row in rows:
-        print(" | ".join(f"{k}: {v}" for k, v in row.items()))
-    result = {"rows": rows, "config": {k: v for k, v in vars(args).items() if k != "json"}}
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+    return report(rows, args, args.json)
 
 
 if __name__ == "__main__":
