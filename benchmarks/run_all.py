@@ -27,21 +27,37 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks whose names contain one of ``argv`` (all without it). Results of
+    benchmarks not run now stay in ``latest.json``, each with its own machine and date."""
     sys.path.insert(0, str(HERE))
     names = sorted(p.stem for p in HERE.glob("bench_*.py"))
     if argv:
         names = [n for n in names if any(a in n for a in argv)]
-    report = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "benchmarks": {}}
-    sections = [f"Machine: {report['machine']}; date: {report['date']}\n"]
+    latest = HERE / "latest.json"
+    previous = json.loads(latest.read_text()) if latest.exists() else {}
+    report = {"benchmarks": {**_entries(previous)}}
     for name in names:
         print(f"== {name}", flush=True)
         result = importlib.import_module(name).main([])
-        report["benchmarks"][name] = result
-        sections.append(f"### {name}\n\n" + pd.DataFrame(result["rows"]).to_string(index=False))
-    (HERE / "latest.json").write_text(json.dumps(report, indent=2, default=str))
+        report["benchmarks"][name] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
+                                      **result}
+    sections = []
+    for name, entry in sorted(report["benchmarks"].items()):
+        sections.append(f"### {name}\n\nMachine: {entry['machine']}; date: {entry['date']}\n\n"
+                        + pd.DataFrame(entry["rows"]).to_string(index=False))
+    latest.write_text(json.dumps(report, indent=2, default=str))
     (HERE / "latest.md").write_text("\n\n".join(sections) + "\n")
     print("\n\n".join(sections))
     return 0
+
+
+def _entries(previous: dict) -> dict:
+    """Benchmark entries of an earlier ``latest.json``, each carrying its machine and date
+    (older files kept one machine and date for the whole report)."""
+    entries = previous.get("benchmarks", {})
+    return {name: {"machine": previous.get("machine", "unknown"),
+                   "date": previous.get("date", "unknown"), **entry}
+            for name, entry in entries.items()}
 
 
 if __name__ == "__main__":

@@ -222,6 +222,9 @@ def make_loss(name: str, **options: Any) -> Callable[[torch.Tensor, torch.Tensor
     if name in library:
         losses = importlib.import_module("calnotes.losses")
         return losses.make_loss(name, **options)
+    if name in TRAINER_LOSSES:
+        raise ValueError(f"loss {name!r} changes the training step, not just the loss: "
+                         "build its trainer with make_trainer (or use train_run)")
     raise ValueError(f"unknown loss {name!r}; available losses are {available_losses()}")
 
 

@@ -119,6 +119,8 @@ def test_make_trainer_picks_the_trainer_the_config_names() -> None:
     with pytest.raises(ValueError, match="sgd"):
         build(loss="focal", meta={}, optimizer="adam")
     assert "mixup" in experiments.available_losses()
+    with pytest.raises(ValueError, match="make_trainer"):
+        experiments.make_loss("mixup")
 
 
 def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
