@@ -14,11 +14,12 @@ import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
+from calnotes.meta import GammaNet, MetaTrainer
 from calnotes.training import (
     EpochCallback,
     History,
@@ -306,7 +307,7 @@ def train_run(
         epoch_callback=epoch_callback,
     )
     has_val = val_loader is not None and _nonempty(val_loader)
-    if "meta" in cfg:
+    if isinstance(trainer, MetaTrainer):
         if not has_val:
             raise ValueError("a meta run needs validation data: set config['val_size'] > 0")
         history = trainer.fit(train_loader, val_loader, test_loader)
@@ -348,12 +349,11 @@ def make_trainer(
         progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback,
     )
     if "meta" in cfg:
-        from calnotes.meta import GammaNet, MetaTrainer
-
         if cfg["optimizer"] != "sgd":
             raise ValueError(f"a meta run trains the backbone with sgd, got {cfg['optimizer']!r}")
         meta = cfg["meta"]
-        gamma_net = GammaNet(model.head.in_features, heads=meta["heads"], tau=meta["gamma_tau"])
+        in_features = cast(nn.Linear, model.head).in_features
+        gamma_net = GammaNet(in_features, heads=meta["heads"], tau=meta["gamma_tau"])
         return MetaTrainer(
             model, gamma_net, outer=meta["outer"], inner_params=meta["inner_params"],
             inner_lr=meta["inner_lr"], meta_lr=meta["meta_lr"],

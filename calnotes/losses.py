@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -437,7 +437,8 @@ class SECELoss(nn.Module):
         from calnotes.metrics import sece
 
         _check_batch(logits, labels)
-        loss = self.weight * sece(F.softmax(logits, dim=1), labels, bandwidth=self.bandwidth)
+        smooth = sece(F.softmax(logits, dim=1), labels, bandwidth=self.bandwidth)
+        loss = self.weight * cast(torch.Tensor, smooth)
         if self.with_ce:
             loss = loss + F.cross_entropy(logits, labels)
         return loss

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -123,7 +123,8 @@ class _Features(nn.Module):
         self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.features(x)
+        features = cast(Callable[[torch.Tensor], torch.Tensor], self.model.features)
+        return features(x)
 
 
 class MetaTrainer(Trainer):
@@ -196,6 +197,10 @@ class MetaTrainer(Trainer):
             seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
         )
         self.gamma_net = gamma_net.to(self.device)
+        #: The model's classifier head and feature extractor (typed views of the model's).
+        self.head: nn.Linear = cast(nn.Linear, self.model.head)
+        self.features: Callable[[torch.Tensor], torch.Tensor] = cast(
+            Callable[[torch.Tensor], torch.Tensor], self.model.features)
         self._features = _Features(self.model)
         meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
         if not meta_params:
@@ -255,7 +260,7 @@ class MetaTrainer(Trainer):
 
     def _selected(self) -> dict[str, torch.Tensor]:
         if self.inner_params == "head":
-            return {n: p for n, p in self.model.head.named_parameters() if p.requires_grad}
+            return {n: p for n, p in self.head.named_parameters() if p.requires_grad}
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
     def _virtual_logits(
@@ -264,7 +269,7 @@ class MetaTrainer(Trainer):
         """Logits with ``params`` substituted (head on ``feats``, or the whole model)."""
         with _autocast(self.device, self.amp):
             if self.inner_params == "head":
-                out = functional_call(self.model.head, params, (feats,))
+                out = functional_call(self.head, params, (feats,))
             else:
                 out = functional_call(self.model, {**self._buffers(), **params}, (x,))
         return _widen(out)
@@ -272,7 +277,7 @@ class MetaTrainer(Trainer):
     def _outer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         probs = F.softmax(logits, dim=1)
         if self.outer == "sece":
-            return sece(probs, labels, bandwidth=self.sece_bandwidth)
+            return cast(torch.Tensor, sece(probs, labels, bandwidth=self.sece_bandwidth))
         return _dece(probs, labels, VAL_ECE_BINS, 1e-4, 0.01)
 
     def hypergradient(
@@ -337,7 +342,7 @@ class MetaTrainer(Trainer):
         lr_now = float(self.optimizer.param_groups[0]["lr"])
         inner_lr = lr_now if self.inner_lr is None else self.inner_lr
         with _autocast(self.device, self.amp):
-            feats = self.model.features(x)
+            feats = self.features(x)
         detached = _widen(feats.detach())
         outer, hyper = self.hypergradient(x, y, x_val, y_val, inner_lr, features=detached)
         meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
@@ -350,14 +355,14 @@ class MetaTrainer(Trainer):
     def real_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Step (4) alone: SGD on ``FL(model(x), y; gamma_net(features).detach())``."""
         with _autocast(self.device, self.amp):
-            feats = self.model.features(x)
+            feats = self.features(x)
         return self._focal_step(feats, _widen(feats.detach()), y)
 
     def _focal_step(
         self, feats: torch.Tensor, detached: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with _autocast(self.device, self.amp):
-            logits = _widen(self.model.head(feats))
+            logits = _widen(self.head(feats))
         with torch.no_grad():
             gamma = self.gamma_net(detached)
         loss = focal_loss(logits, y, gamma)
@@ -411,7 +416,7 @@ class MetaTrainer(Trainer):
         gives gamma on the validation samples (kept for the epoch's gamma statistics)."""
         if self._test_loader is not None:
             return super().validate(loader)
-        classes = self.model.head.out_features
+        classes = self.head.out_features
         was_training = self.model.training
         self.model.eval()
         try:
@@ -424,8 +429,8 @@ class MetaTrainer(Trainer):
 
     def _logits_and_gamma(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C + 1)``: the logits, then gamma, from one forward of the backbone."""
-        feats = self.model.features(x)
-        return torch.cat([_widen(self.model.head(feats)),
+        feats = self.features(x)
+        return torch.cat([_widen(self.head(feats)),
                           self.gamma_net(_widen(feats)).unsqueeze(1)], dim=1)
 
     def predict_gamma(self, loader: Iterable) -> torch.Tensor:
@@ -435,7 +440,7 @@ class MetaTrainer(Trainer):
         self.model.eval()
         try:
             gammas, _ = _collect_logits(
-                lambda x: self.gamma_net(_widen(self.model.features(x))).unsqueeze(1),
+                lambda x: self.gamma_net(_widen(self.features(x))).unsqueeze(1),
                 loader, self.device, amp=self.amp, name="loader",
             )
         finally:

@@ -138,7 +138,7 @@ def confidence_histogram(
     ax = _axes(ax)
     conf, correct = metrics.confidences_and_correct(probs, labels)
     conf_np = _numpy(conf)
-    ax.hist(conf_np, bins=np.linspace(0, 1, n_bins + 1), color="C0", edgecolor="black",
+    ax.hist(conf_np, bins=np.linspace(0, 1, n_bins + 1).tolist(), color="C0", edgecolor="black",
             linewidth=0.5, weights=np.full(len(conf_np), 1 / len(conf_np)))
     ax.axvline(float(_numpy(correct).mean()), color="tab:red", linestyle="--", label="accuracy")
     ax.axvline(float(conf_np.mean()), color="black", linestyle=":", label="avg. confidence")

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -724,7 +724,7 @@ class MixupTrainer(Trainer):
     def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x_mixed, y_a, y_b, lam = mixup_batch(x.float(), y, self.alpha, self.generator)
         with _autocast(self.device, self.amp):
-            logits = self._forward(x_mixed)
+            logits = self._forward(cast(torch.Tensor, x_mixed))
         logits = logits.float()
         loss = self.mixup_loss(logits, y_a, y_b, lam)
         self.optimizer.zero_grad(set_to_none=True)
