@@ -5,9 +5,9 @@ with the same validation pass at the end of the epoch. The FLgamma-SECE epoch ad
 step, gamma-Net, the look-ahead step of the classifier head, a forward of one validation
 batch and the SECE hypergradient, and per epoch the gamma statistics. Epochs alternate
 (CE, meta, CE, meta, ...) so a slow spell of the machine hits both; the ratio of the
-medians is reported.
+medians is reported, with the smallest and largest ratio of one pair.
 
-    python benchmarks/bench_meta.py [--model resnet14] [--n 10000] [--repeats 3]
+    python benchmarks/bench_meta.py [--model resnet14] [--n 10000] [--repeats 5]
                                     [--device auto] [--json out.json]
 """
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="resnet14")
     parser.add_argument("--n", type=int, default=10000, help="training images")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--amp", action="store_true", help="bfloat16 autocast (CUDA only)")
     parser.add_argument("--json", default=None, metavar="PATH")
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     splits = load_dataset("fashion_mnist", val_size=5000, train_subset=args.n)
     times = time_epochs(splits, args.model, args.batch_size, args.repeats, device, args.amp)
     ce, meta = statistics.median(times["ce"]), statistics.median(times["meta"])
+    pairs = [m / c for c, m in zip(times["ce"], times["meta"], strict=True)]
     rows = [{
         "task": f"one epoch of {args.model} on {len(splits.train)} Fashion-MNIST images + "
                 f"validation on {len(splits.val)}, batch {args.batch_size} ({device.type}"
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "peer": "cross-entropy epoch, same model, data and validation",
         "ce_s": round(ce, 2),
         "overhead_meta_over_ce": round(meta / ce, 2),
+        "pair_ratio_min": round(min(pairs), 2),
+        "pair_ratio_max": round(max(pairs), 2),
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
     }]
