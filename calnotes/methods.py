@@ -8,10 +8,10 @@
     ece_vs_bins({name: probs, ...}, test_labels, [10, 30, 100, 300, 1000])
 
 :data:`METHODS` holds the rows of Wang & Golebiowski's Table 1 as config overrides, with
-the hyper-parameters of the papers that introduced each method (fixed before any run, never
-tuned on the test split): focal loss with gamma = 3 (Mukhoti et al. 2020), FLSD-53,
-label smoothing 0.05, mixup with alpha = 0.2 (Thulasidasan et al. 2019), MMCE with weight 2
-(Kumar et al. 2018), CE + DECE with weight 1 (Bohdal et al. 2021), and the two
+hyper-parameters that are common choices of the calibration literature (fixed before any
+run, never tuned on the test split): focal loss with gamma = 3 and FLSD-53 (Mukhoti et al.
+2020), label smoothing 0.05, mixup with alpha = 0.2 (Thulasidasan et al. 2019), MMCE with
+weight 2 (Kumar et al. 2018), CE + DECE with weight 1 (Bohdal et al. 2021), and the two
 meta-regularized focal losses, FLgamma-DECE and FLgamma-SECE. CE+TS, the other row of the
 paper's table, needs no training: temperature scaling of the CE run (see
 :func:`temperature_scaled`).
