@@ -2,12 +2,12 @@
 
 1. Achieved FLOP/s of one Trainer step (forward, backward, SGD update; FLOPs counted by
    ``torch.utils.flop_counter``) against the device's peak: the dense bf16 tensor-core
-   peak of known NVIDIA GPUs (with ``--amp``, as the book trains on CUDA). No peak is
+   peak of known NVIDIA GPUs (bf16 autocast on CUDA unless ``--no-amp``). No peak is
    known for CPUs, so there the figure is the achieved rate alone.
 2. Time to reach a fixed test accuracy on Fashion-MNIST: the Trainer trains epoch by epoch
    and the test accuracy is checked after each one (evaluation time included).
 
-    python benchmarks/bench_device.py [--model resnet20] [--device auto] [--amp]
+    python benchmarks/bench_device.py [--model resnet20] [--device auto] [--no-amp]
                                       [--target 0.9] [--max-epochs 15] [--json out.json]
 
 Defaults follow the device: on CUDA ResNet-20 with bf16 and a 90% target on all 55,000
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--n", type=int, default=None, help="training images (0 = all)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--amp", action="store_true", help="bfloat16 autocast (CUDA only)")
+    parser.add_argument("--no-amp", action="store_true",
+                        help="float32 on CUDA (default there: bfloat16 autocast)")
     parser.add_argument("--target", type=float, default=None, help="test accuracy to reach")
     parser.add_argument("--max-epochs", type=int, default=15)
     parser.add_argument("--steps", type=int, default=20, help="timed steps for the FLOP rate")
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model_name = args.model or ("resnet20" if on_cuda else "lenet5")
     n = args.n if args.n is not None else (0 if on_cuda else 10000)
     target = args.target if args.target is not None else (0.9 if on_cuda else 0.85)
-    amp = args.amp and on_cuda
+    amp = on_cuda and not args.no_amp
 
     splits = load_dataset("fashion_mnist", val_size=5000, train_subset=n or None)
     train, _, _ = make_loaders(splits, args.batch_size, device=device, augment=False, seed=0)
