@@ -63,6 +63,7 @@ from calnotes.training import (
     _autocast,
     _collect_logits,
     _iter_batches,
+    eval_mode,
 )
 
 __all__ = ["GammaNet", "MetaTrainer", "GAMMA_FLOOR"]
@@ -416,16 +417,11 @@ class MetaTrainer(Trainer):
         gives gamma on the validation samples (kept for the epoch's gamma statistics)."""
         if self._test_loader is not None:
             return super().validate(loader)
-        classes = self.head.out_features
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             both, labels = _collect_logits(self._logits_and_gamma, loader, self.device,
                                            amp=self.amp, name="val_loader")
-        finally:
-            self.model.train(was_training)
-        self._val_gamma = both[:, classes]
-        return self._validation_metrics(both[:, :classes], labels)
+        self._val_gamma = both[:, -1]
+        return self._validation_metrics(both[:, :-1], labels)
 
     def _logits_and_gamma(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C + 1)``: the logits, then gamma, from one forward of the backbone."""
@@ -436,13 +432,7 @@ class MetaTrainer(Trainer):
     def predict_gamma(self, loader: Iterable) -> torch.Tensor:
         """gamma-Net's gamma ``(N,)`` (float32, on the CPU) for every sample of ``loader``,
         from eval-mode features."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            gammas, _ = _collect_logits(
-                lambda x: self.gamma_net(_widen(self.features(x))).unsqueeze(1),
-                loader, self.device, amp=self.amp, name="loader",
-            )
-        finally:
-            self.model.train(was_training)
-        return gammas.squeeze(1).cpu()
+        with eval_mode(self.model):
+            both, _ = _collect_logits(self._logits_and_gamma, loader, self.device, amp=self.amp,
+                                      name="loader")
+        return both[:, -1].cpu()

@@ -21,7 +21,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,6 +43,7 @@ __all__ = [
     "MixupTrainer",
     "Trainer",
     "describe_device",
+    "eval_mode",
     "predict_logits",
     "seed_everything",
     "select_device",
@@ -226,6 +227,17 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode inside the block; its previous train/eval mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 def _collect_logits(
     forward: Callable[[torch.Tensor], torch.Tensor],
     loader: Iterable,
@@ -265,12 +277,8 @@ def predict_logits(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     dev = _model_device(model) if device is None else select_device(device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits, labels = _collect_logits(model, loader, dev)
-    finally:
-        model.train(was_training)
     if logits.ndim != 2:
         raise ValueError(f"model must output (B, C) logits, got shape {tuple(logits.shape[1:])}")
     return logits.cpu(), labels.cpu()
@@ -650,13 +658,9 @@ class Trainer:
         Computed on ``softmax(z)`` of the whole loader in eval mode; the train/eval mode of
         the model is restored afterwards.
         """
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             logits, labels = _collect_logits(self._forward, loader, self.device, amp=self.amp,
                                              channels_last=self.channels_last, name="val_loader")
-        finally:
-            self.model.train(was_training)
         return self._validation_metrics(logits, labels)
 
     def _validation_metrics(self, logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:

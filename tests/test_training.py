@@ -20,6 +20,7 @@ from calnotes.training import (
     History,
     MixupTrainer,
     Trainer,
+    eval_mode,
     predict_logits,
     seed_everything,
     select_device,
@@ -505,3 +506,14 @@ def test_mixup_trainer_checks_alpha_and_refuses_a_plain_checkpoint(tmp_path: Pat
     Trainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train, val)
     with pytest.raises(ValueError, match="trainer"):
         MixupTrainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train, val)
+
+
+@pytest.mark.parametrize("start_training", [True, False])
+def test_eval_mode_restores_the_previous_mode_even_after_an_error(start_training: bool) -> None:
+    model = tiny_model().train(start_training)
+    with eval_mode(model) as inside:
+        assert inside is model and not model.training
+    assert model.training is start_training
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("boom")
+    assert model.training is start_training
