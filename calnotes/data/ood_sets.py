@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -18,9 +20,96 @@ from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
 from calnotes.data.sources import DATASETS, _normalize_name, data_root
 from calnotes.data.splits import _load_raw
 
-__all__ = ["OOD_NOISE", "match_images", "ood_images"]
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "OOD_NOISE",
+    "gaussian_noise_images",
+    "load_image_folder",
+    "match_images",
+    "ood_images",
+    "uniform_noise_images",
+]
 
 
+# ---------------------------------------------------------------------------------------
+# noise images and image folders
+# ---------------------------------------------------------------------------------------
+
+#: File suffixes :func:`load_image_folder` reads (case-insensitive).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def _check_image_shape(shape: Any) -> tuple[int, int, int]:
+    if not isinstance(shape, (tuple, list)) or len(shape) != 3:
+        raise ValueError(f"shape must be (C, H, W), got {shape!r}")
+    c, h, w = (check_positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
+    return c, h, w
+
+
+def gaussian_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
+    """``n`` Gaussian-noise images, uint8 ``(n, C, H, W)`` on the CPU.
+
+    Pixels are ``clip(round(128 + 64 z), 0, 255)`` with ``z ~ N(0, 1)`` i.i.d., drawn from a
+    generator seeded with ``seed``.
+    """
+    n = check_positive_int(n, "n")
+    c, h, w = _check_image_shape(shape)
+    gen = torch.Generator().manual_seed(_check_seed(seed))
+    z = torch.randn((n, c, h, w), generator=gen, dtype=torch.float32)
+    return (128.0 + 64.0 * z).round().clamp(0, 255).to(torch.uint8)
+
+
+def uniform_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
+    """``n`` uniform-noise images, uint8 ``(n, C, H, W)``: pixels i.i.d. uniform on {0..255}."""
+    n = check_positive_int(n, "n")
+    c, h, w = _check_image_shape(shape)
+    gen = torch.Generator().manual_seed(_check_seed(seed))
+    return torch.randint(0, 256, (n, c, h, w), generator=gen, dtype=torch.uint8)
+
+
+def load_image_folder(
+    path: str | Path, size: int | tuple[int, int], channels: int = 3
+) -> torch.Tensor:
+    """Read every PNG/JPEG in ``path`` (sorted by name) into uint8 ``(N, channels, H, W)``.
+
+    Images are converted to grayscale (``channels=1``) or RGB (``channels=3``) and resized to
+    ``size`` (``int`` for square, or ``(H, W)``) with bilinear filtering. Raises
+    ``FileNotFoundError`` if ``path`` is not a folder and ``ValueError`` if it holds no image.
+    """
+    from PIL import Image
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"path is not a folder: {str(folder)!r}")
+    if isinstance(size, (tuple, list)):
+        if len(size) != 2:
+            raise ValueError(f"size must be an int or (H, W), got {size!r}")
+        height, width = (check_positive_int(v, "size") for v in size)
+    else:
+        height = width = check_positive_int(size, "size")
+    channels = check_positive_int(channels, "channels")
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 or 3, got {channels}")
+    files = sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    )
+    if not files:
+        raise ValueError(
+            f"path {str(folder)!r} contains no image files with suffix {IMAGE_SUFFIXES}"
+        )
+    mode = "L" if channels == 1 else "RGB"
+    images = []
+    for file in files:
+        with Image.open(file) as img:
+            resized = img.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
+            arr = np.asarray(resized, dtype=np.uint8)
+        images.append(arr[None] if channels == 1 else arr.transpose(2, 0, 1))
+    return torch.from_numpy(np.stack(images))
+
+
+# --------------------------------------------------------------------------------------
+# sets matched to a dataset
+# --------------------------------------------------------------------------------------
 #: Synthetic OOD sets :func:`ood_images` draws (see :mod:`calnotes.ood` for their laws).
 OOD_NOISE = ("gaussian", "uniform")
 _FOLDER_PREFIX = "folder:"
