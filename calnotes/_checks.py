@@ -40,6 +40,16 @@ def like_input(t: torch.Tensor, numpy_out: bool) -> ArrayLike:
     return t.detach().cpu().numpy() if numpy_out else t
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model`` lives: the device of its first parameter, else of its first buffer,
+    else the CPU."""
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
 def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     choices = tuple(choices)
     if not isinstance(value, str) or value not in choices:

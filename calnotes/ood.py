@@ -36,8 +36,8 @@ from calnotes._checks import (
     check_logits,
     check_positive_float,
     like_input,
+    model_device,
 )
-from calnotes.training import _model_device
 
 __all__ = [
     "SCORES",
@@ -153,7 +153,7 @@ def odin_scores(
     """
     temperature = check_positive_float(temperature, "temperature")
     epsilon = _check_epsilon(epsilon)
-    target = torch.device(device) if device is not None else _model_device(model)
+    target = torch.device(device) if device is not None else model_device(model)
     scores = []
     for batch in loader:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch

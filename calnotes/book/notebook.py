@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
+
+from calnotes.runs.store import chapter_run
+from calnotes.training import seed_everything, select_device
+
+__all__ = ["chapter_run", "glue", "setup_chapter"]
 
 
 def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> torch.device:
@@ -14,8 +17,6 @@ def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> to
 
     The style is set here, by the chapter, never when ``calnotes`` is imported.
     """
-    from .training import seed_everything, select_device
-
     seed_everything(seed)
     if style:
         import matplotlib.pyplot as plt
@@ -24,26 +25,6 @@ def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> to
         sns.set_theme(style="whitegrid", context="notebook", font_scale=0.9)
         plt.rcParams["figure.dpi"] = 110
     return select_device(device)
-
-
-def chapter_run(
-    experiment: str, config: dict[str, Any], *, use_store: bool, smoke: bool,
-    device: str | torch.device = "auto", progress: bool = False,
-) -> Any:
-    """Load a chapter's run from ``results/``, or compute it (and store it there).
-
-    SMOKE runs and ``USE_STORE=False`` use a fresh temporary store and checkpoint folder,
-    so they always recompute and never touch the stored results. The per-batch progress
-    bar is off by default: in an executed notebook every update would become output.
-    """
-    from .store import RunStore, load_or_run
-
-    if use_store and not smoke:
-        return load_or_run(experiment, config, device=device, progress=progress)
-    scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
-    return load_or_run(experiment, config, store=RunStore(scratch / "results"),
-                       checkpoint_root=scratch / "checkpoints", device=device,
-                       progress=progress)
 
 
 def glue(name: str, value: Any) -> None:

@@ -31,9 +31,9 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # noise images and image folders
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 #: File suffixes :func:`load_image_folder` reads (case-insensitive).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -110,7 +110,7 @@ def load_image_folder(
 # --------------------------------------------------------------------------------------
 # sets matched to a dataset
 # --------------------------------------------------------------------------------------
-#: Synthetic OOD sets :func:`ood_images` draws (see :mod:`calnotes.ood` for their laws).
+#: Synthetic OOD sets :func:`ood_images` draws (their laws are given above).
 OOD_NOISE = ("gaussian", "uniform")
 _FOLDER_PREFIX = "folder:"
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B in grey
@@ -162,17 +162,15 @@ def ood_images(
     * a dataset of :data:`DATASETS` other than ``like.name``: its *test* split (e.g.
       ``"mnist"`` against Fashion-MNIST, ``"svhn"`` or ``"cifar100"`` against CIFAR-10);
     * ``"gaussian"`` or ``"uniform"`` (:data:`OOD_NOISE`): noise images from
-      :func:`calnotes.ood.gaussian_noise_images` / :func:`~calnotes.ood.uniform_noise_images`;
+      :func:`gaussian_noise_images` / :func:`uniform_noise_images`;
     * ``"folder:<path>"`` or a path object: every PNG/JPEG in that folder
-      (:func:`calnotes.ood.load_image_folder`).
+      (:func:`load_image_folder`).
 
     Images are converted to ``like``'s channels and size (:func:`match_images`). A source
     with more than ``n`` images gives ``n`` drawn without replacement (deterministic in
     ``seed``, original order kept); a smaller one gives all of its images. Returns uint8
     ``(N, C, H, W)`` on the CPU with ``N = min(n, available)``.
     """
-    from calnotes import ood
-
     if not isinstance(like, DatasetSplits):
         raise TypeError(f"like must be a DatasetSplits, got {type(like).__name__}")
     n = check_positive_int(n, "n")
@@ -182,7 +180,7 @@ def ood_images(
         isinstance(name, str) and name.startswith(_FOLDER_PREFIX)
     ):
         folder = Path(name[len(_FOLDER_PREFIX):] if isinstance(name, str) else name)
-        images = ood.load_image_folder(folder, size, channels=c)
+        images = load_image_folder(folder, size, channels=c)
         if len(images) > n:
             images = ImageData(images, torch.zeros(len(images), dtype=torch.long)).subset(
                 n, seed).images
@@ -190,7 +188,7 @@ def ood_images(
     if not isinstance(name, str):
         raise TypeError(f"name must be a str or a path, got {type(name).__name__}")
     if name in OOD_NOISE:
-        draw = ood.gaussian_noise_images if name == "gaussian" else ood.uniform_noise_images
+        draw = gaussian_noise_images if name == "gaussian" else uniform_noise_images
         return draw(n, (c, size, size), seed=seed)
     try:
         dataset = _normalize_name(name)

@@ -7,6 +7,9 @@ checkpoint (or trains it again). Scores and detection metrics are in :mod:`calno
 
 from __future__ import annotations
 
+import hashlib
+import io
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from calnotes import data, models, training
 from calnotes._checks import check_positive_int
+from calnotes._io import atomic_write
+from calnotes.runs import experiment, store
 
 __all__ = ["OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
 
@@ -25,8 +31,6 @@ OOD_LOGITS_FILE = "ood_logits.npz"
 
 
 def _images_digest(images: torch.Tensor) -> str:
-    import hashlib
-
     array = images.detach().cpu().contiguous().numpy()
     digest = hashlib.sha256(str(tuple(array.shape)).encode())
     digest.update(array.tobytes())
@@ -42,16 +46,12 @@ def _run_stamp(run: Any) -> str:
 def _checkpoint_roots(run: Any, checkpoint_root: str | Path | None) -> list[Path]:
     if checkpoint_root is not None:
         return [Path(checkpoint_root)]
-    from calnotes.store import default_checkpoint_root
-
-    # calnotes.notebook.chapter_run keeps the checkpoints of a scratch (SMOKE) store in a
+    # calnotes.runs.store.chapter_run keeps the checkpoints of a scratch (SMOKE) store in a
     # "checkpoints" folder next to the store root: look there first
-    return [Path(run.path).parents[2] / "checkpoints", default_checkpoint_root()]
+    return [Path(run.path).parents[2] / "checkpoints", store.default_checkpoint_root()]
 
 
 def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
-    from calnotes import training
-
     logits, _ = training.predict_logits(model, test_loader)
     return logits.shape == run.test_logits.shape and torch.allclose(
         logits, run.test_logits, rtol=2e-3, atol=2e-3
@@ -70,7 +70,7 @@ def trained_model(
     The store keeps logits, not weights. The weights come from the run's final training
     checkpoint ``<root>/<config hash>/last.pt``, looked for in ``checkpoint_root`` (default:
     the ``checkpoints`` folder next to the store root, then
-    :func:`calnotes.store.default_checkpoint_root`). A checkpoint is used only if its model
+    :func:`calnotes.runs.store.default_checkpoint_root`). A checkpoint is used only if its model
     reproduces the stored test logits (to float16 storage precision): one left by another
     training of the same config is skipped. Without a usable checkpoint, ``retrain=True``
     trains the run again in a temporary folder (deterministic on the CPU) and checks the
@@ -78,15 +78,11 @@ def trained_model(
     ``retrain=False`` and no checkpoint exists. The model is returned in eval mode on
     ``device``.
     """
-    import tempfile
-
-    from calnotes import data, experiments, models, store, training
-
     if not isinstance(run, store.StoredRun):
-        raise TypeError(f"run must be a calnotes.store.StoredRun, got {type(run).__name__}")
+        raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
     if not isinstance(retrain, bool):
         raise TypeError(f"retrain must be a bool, got {type(retrain).__name__}")
-    cfg = experiments.default_config(**run.config)
+    cfg = experiment.default_config(**run.config)
     digest = store.config_hash(cfg)
     dev = training.select_device(device)
     splits = data.load_dataset(
@@ -122,7 +118,7 @@ def trained_model(
             )
         raise RuntimeError(f"no checkpoint reproduces stored run {digest}: {'; '.join(tried)}")
     with tempfile.TemporaryDirectory(prefix="calnotes-retrain-") as tmp:
-        result = experiments.train_run(cfg, device=dev, checkpoint_dir=tmp, progress=False)
+        result = experiment.train_run(cfg, device=dev, checkpoint_dir=tmp, progress=False)
     if result.model is None:  # train_run always returns the model; keep mypy informed
         raise RuntimeError("train_run returned no model")
     model = result.model.to(dev).eval()
@@ -153,10 +149,8 @@ def run_ood_logits(
     (a retrained run recomputes them). Sets not in the cache need the trained model
     (:func:`trained_model`). Returns ``{name: float32 logits (N, C)}`` on the CPU.
     """
-    from calnotes import data, store, training
-
     if not isinstance(run, store.StoredRun):
-        raise TypeError(f"run must be a calnotes.store.StoredRun, got {type(run).__name__}")
+        raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
     if not isinstance(images, Mapping) or not images:
         raise ValueError("images must be a non-empty mapping name -> uint8 images")
     batch_size = check_positive_int(batch_size, "batch_size")
@@ -203,10 +197,6 @@ def _pack_logits(arr: np.ndarray) -> np.ndarray:
 
 def _save_cache(path: Path, stamp: str, cache: Mapping[str, tuple[str, np.ndarray]]) -> None:
     """Write the cache atomically (never half-written)."""
-    import io
-
-    from calnotes._io import atomic_write
-
     names = sorted(cache)
     arrays: dict[str, np.ndarray] = {"stamp": np.array(stamp), "names": np.array(names)}
     for i, name in enumerate(names):

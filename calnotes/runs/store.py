@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -31,15 +32,16 @@ import pandas as pd
 import torch
 
 import calnotes
-from calnotes import experiments
 from calnotes._io import atomic_write as _atomic_write
-from calnotes.experiments import RunResult
+from calnotes.runs import experiment as experiments
+from calnotes.runs.experiment import RunResult
 from calnotes.training import History
 
 __all__ = [
     "RunNotFound",
     "RunStore",
     "StoredRun",
+    "chapter_run",
     "config_hash",
     "default_checkpoint_root",
     "default_results_root",
@@ -320,7 +322,7 @@ def load_or_run(
     """Load the stored run of ``config`` (missing keys take their defaults), or train it.
 
     When the run is not stored and ``compute`` is true, it is trained by
-    :func:`calnotes.experiments.train_run` with checkpoints in
+    :func:`calnotes.runs.experiment.train_run` with checkpoints in
     ``checkpoint_root/<config hash>`` (so a killed run resumes), saved, and loaded back.
     With ``compute=False`` a missing run raises :class:`RunNotFound`.
     """
@@ -346,3 +348,21 @@ def load_or_run(
     )
     store.save(experiment, result)
     return store.load(experiment, result.config)
+
+
+def chapter_run(
+    experiment: str, config: dict[str, Any], *, use_store: bool, smoke: bool,
+    device: str | torch.device = "auto", progress: bool = False,
+) -> StoredRun:
+    """Load a chapter's run from ``results/``, or compute it (and store it there).
+
+    SMOKE runs and ``USE_STORE=False`` use a fresh temporary store and checkpoint folder,
+    so they always recompute and never touch the stored results. The per-batch progress
+    bar is off by default: in an executed notebook every update would become output.
+    """
+    if use_store and not smoke:
+        return load_or_run(experiment, config, device=device, progress=progress)
+    scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
+    return load_or_run(experiment, config, store=RunStore(scratch / "results"),
+                       checkpoint_root=scratch / "checkpoints", device=device,
+                       progress=progress)

@@ -34,6 +34,7 @@ from calnotes._checks import (
     check_nonnegative_float,
     check_positive_float,
     check_positive_int,
+    model_device,
 )
 from calnotes._io import atomic_write
 from calnotes.losses import MixupLoss, mixup_batch
@@ -219,14 +220,6 @@ def _iter_batches(loader: Iterable, name: str) -> Iterator[tuple[torch.Tensor, t
         yield x, y
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for param in model.parameters():
-        return param.device
-    for buffer in model.buffers():
-        return buffer.device
-    return torch.device("cpu")
-
-
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``model`` in eval mode inside the block; its previous train/eval mode afterwards."""
@@ -276,7 +269,7 @@ def predict_logits(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    dev = _model_device(model) if device is None else select_device(device)
+    dev = model_device(model) if device is None else select_device(device)
     with eval_mode(model):
         logits, labels = _collect_logits(model, loader, dev)
     if logits.ndim != 2:
