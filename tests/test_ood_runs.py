@@ -9,20 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from calnotes import data, ood
-from calnotes.experiments import default_config
-from calnotes.ood import (
-    OOD_LOGITS_FILE,
-    auroc,
-    energy,
-    fpr_at_tpr,
-    msp,
-    ood_report,
-    run_ood_logits,
-    score_report,
-    trained_model,
-)
-from calnotes.store import RunStore, load_or_run
+from calnotes import data
+from calnotes.ood import auroc, energy, fpr_at_tpr, msp, ood_report, score_report
+from calnotes.runs import ood as ood_runs
+from calnotes.runs.experiment import default_config
+from calnotes.runs.ood import OOD_LOGITS_FILE, run_ood_logits, trained_model
+from calnotes.runs.store import RunStore, load_or_run
 from calnotes.training import predict_logits
 
 torch.set_num_threads(1)
@@ -64,7 +56,7 @@ def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(ood, "trained_model", no_model)
+    monkeypatch.setattr(ood_runs, "trained_model", no_model)
     again = run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
     assert torch.equal(again["uniform"], out["uniform"])
     with pytest.raises(AssertionError, match="cache"):  # other images: not cached
@@ -78,13 +70,13 @@ def test_cache_keeps_other_sets_and_is_tied_to_one_training(stored, monkeypatch)
     with np.load(run.path / OOD_LOGITS_FILE) as npz:
         assert sorted(npz["names"].tolist()) == ["gaussian", "uniform"]
     calls = []
-    real = ood.trained_model
+    real = ood_runs.trained_model
 
     def counting(*args: object, **kwargs: object):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ood, "trained_model", counting)
+    monkeypatch.setattr(ood_runs, "trained_model", counting)
     run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
     assert calls == []
     run.provenance["date_utc"] = "2000-01-01T00:00:00+00:00"  # as if retrained
@@ -105,7 +97,7 @@ def test_trained_model_retrains_without_a_checkpoint(stored, tmp_path: Path) -> 
 
 
 def test_trained_model_finds_the_scratch_store_checkpoints(tmp_path: Path) -> None:
-    # calnotes.notebook.chapter_run keeps a scratch store in <tmp>/results and its
+    # calnotes.runs.store.chapter_run keeps a scratch store in <tmp>/results and its
     # checkpoints in <tmp>/checkpoints
     run = load_or_run("t", CONFIG, store=RunStore(tmp_path / "results"),
                       checkpoint_root=tmp_path / "checkpoints", device="cpu", progress=False)

@@ -1,4 +1,4 @@
-"""Tests of calnotes.store (run store, load_or_run) and calnotes.experiments (configs,
+"""Tests of calnotes.runs.store (run store, load_or_run) and calnotes.runs.experiment (configs,
 loss registry, train_run wiring)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from calnotes import experiments, store
-from calnotes.experiments import RunResult, default_config, make_loss, register_loss
-from calnotes.store import RunNotFound, RunStore, StoredRun, config_hash, load_or_run
+from calnotes.runs import experiment, store
+from calnotes.runs.experiment import RunResult, default_config, make_loss, register_loss
+from calnotes.runs.store import RunNotFound, RunStore, StoredRun, config_hash, load_or_run
 from calnotes.training import History
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -115,13 +114,13 @@ def test_make_loss_and_registry(monkeypatch) -> None:
     with pytest.raises(ValueError, match="unknown option"):
         make_loss("ce", gamma=2.0)
 
-    monkeypatch.setattr(experiments, "_REGISTRY", dict(experiments._REGISTRY))
+    monkeypatch.setattr(experiment, "_REGISTRY", dict(experiment._REGISTRY))
 
     def double_ce(scale: float = 2.0):
         return lambda z, y: scale * nn.functional.cross_entropy(z, y)
 
     register_loss("double_ce", double_ce)
-    assert "double_ce" in experiments.available_losses()
+    assert "double_ce" in experiment.available_losses()
     assert float(make_loss("double_ce", scale=3.0)(logits, labels)) == pytest.approx(
         3 * float(ce(logits, labels)))
     with pytest.raises(ValueError, match="already registered"):
@@ -267,7 +266,7 @@ def counted_train_run(monkeypatch):
                       "progress": progress})
         return fake_result(config)
 
-    monkeypatch.setattr(experiments, "train_run", train_run)
+    monkeypatch.setattr(experiment, "train_run", train_run)
     return calls
 
 
@@ -380,11 +379,11 @@ def _fake_models_module() -> types.ModuleType:
 
 
 def test_train_run_wires_data_model_trainer_and_metrics(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "calnotes.data", _fake_data_module())
-    monkeypatch.setitem(sys.modules, "calnotes.models", _fake_models_module())
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
     config = {"dataset": "blobs", "model": "mlp", "model_options": {"width": 8}, "epochs": 3,
               "batch_size": 32, "val_size": 45, "lr": 0.1}
-    result = experiments.train_run(config, device="cpu", progress=False,
+    result = experiment.train_run(config, device="cpu", progress=False,
                                    checkpoint_dir=str(tmp_path / "ckpt"))
     assert result.config == default_config(**config)
     assert len(result.history) == 3 and result.history["val_acc"][-1] > 0.6
@@ -395,7 +394,7 @@ def test_train_run_wires_data_model_trainer_and_metrics(tmp_path: Path, monkeypa
     assert result.device == "cpu" and result.seconds > 0
     assert (tmp_path / "ckpt" / "last.pt").is_file()
 
-    again = experiments.train_run(config, device="cpu", progress=False)  # same seed, no resume
+    again = experiment.train_run(config, device="cpu", progress=False)  # same seed, no resume
     assert again.history.without_timing() == result.history.without_timing()
     assert torch.equal(again.test_logits, result.test_logits)
 

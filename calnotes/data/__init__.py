@@ -19,7 +19,15 @@ from calnotes.data.augment import Augment
 from calnotes.data.containers import DatasetSplits, ImageData
 from calnotes.data.formats import encode_idx, parse_idx, read_idx, write_idx
 from calnotes.data.loader import DeviceLoader, make_loaders
-from calnotes.data.ood_sets import OOD_NOISE, match_images, ood_images
+from calnotes.data.ood_sets import (
+    IMAGE_SUFFIXES,
+    OOD_NOISE,
+    gaussian_noise_images,
+    load_image_folder,
+    match_images,
+    ood_images,
+    uniform_noise_images,
+)
 from calnotes.data.sources import (
     DATASETS,
     IDX_FILES,
@@ -34,6 +42,7 @@ from calnotes.data.splits import binary_target, load_dataset
 __all__ = [
     "DATASETS",
     "IDX_FILES",
+    "IMAGE_SUFFIXES",
     "SHA256",
     "Augment",
     "ChecksumError",
@@ -46,11 +55,14 @@ __all__ = [
     "data_root",
     "encode_idx",
     "fetch_dataset",
+    "gaussian_noise_images",
     "load_dataset",
+    "load_image_folder",
     "make_loaders",
     "match_images",
     "ood_images",
     "parse_idx",
     "read_idx",
+    "uniform_noise_images",
     "write_idx",
 ]
