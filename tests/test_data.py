@@ -10,19 +10,22 @@ import gzip
 import hashlib
 import importlib.util
 import math
-import pickle
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fake_data import cifar10_members, cifar_rows, write_cifar
 
 from calnotes import data
 from calnotes.data import (
     IDX_FILES,
     Augment,
     ChecksumError,
+    DataRootError,
     DatasetSplits,
     DatasetUnavailableError,
     DeviceLoader,
@@ -268,88 +271,81 @@ def test_download_false_touches_no_source(tmp_path: Path, offline: list[str]) ->
 
 
 # --------------------------------------------------------------------------------------
-# CIFAR and SVHN in their real on-disk formats
+# The data root: only downloads write to it
 # --------------------------------------------------------------------------------------
-def _cifar_rows(n: int, start: int) -> np.ndarray:
-    """(n, 3072) uint8 rows: 1024 red, 1024 green, 1024 blue values, each row-major."""
-    return _id_images(n, size=32, channels=3, start=start).reshape(n, 3072)
+# (CIFAR and SVHN files, their checksums and their parsing: tests/test_data_formats.py)
+_DOWNLOADED = ["mnist", "fashion_mnist", "cifar10", "cifar100", "svhn"]
 
 
-def _pickle(path: Path, obj: dict[bytes, object]) -> None:
-    # The published batches are Python 2 pickles whose dict keys are bytes.
-    path.write_bytes(pickle.dumps(obj, protocol=2))
+@pytest.mark.parametrize("name", _DOWNLOADED)
+def test_unwritable_root_is_reported_before_any_download(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    offline: list[str],
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a regular file")
+    root = blocker / "data"  # can never be created, not even by the superuser
+    commands: list[object] = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: commands.append(a))
+    for attempt in (lambda: load_dataset(name, root=root),
+                    lambda: data.fetch_dataset(name, root=root)):
+        with pytest.raises(DataRootError) as info:
+            attempt()
+        assert str(root) in str(info.value) and "CALNOTES_DATA" in str(info.value)
+        assert isinstance(info.value, ValueError)
+    monkeypatch.setenv("CALNOTES_DATA", str(root))
+    with pytest.raises(DataRootError, match=r"data root .*a-file/data cannot be written"):
+        load_dataset(name)
+    assert main(["fetch", name]) == 1
+    assert "cannot be written" in capsys.readouterr().err
+    assert offline == [] and commands == []  # nothing was downloaded or run
 
 
-def test_cifar10_batches(tmp_path: Path, offline: list[str]) -> None:
-    folder = tmp_path / "cifar-10-batches-py"
-    folder.mkdir()
-    rows = []
-    for i in range(1, 6):
-        r = _cifar_rows(4, start=4 * (i - 1))
-        rows.append(r)
-        labels = [(4 * (i - 1) + k) % 10 for k in range(4)]
-        _pickle(folder / f"data_batch_{i}", {b"batch_label": b"x", b"labels": labels,
-                                              b"data": r, b"filenames": [b"f"] * 4})
-    test_rows = _cifar_rows(6, start=500)
-    _pickle(folder / "test_batch", {b"labels": list(range(6)), b"data": test_rows})
-    s = load_dataset("cifar10", root=tmp_path, val_size=5, seed=0)
+def test_read_only_root_folder_is_reported(tmp_path: Path, offline: list[str]) -> None:
+    root = tmp_path / "read-only"
+    root.mkdir()
+    root.chmod(0o555)
+    try:
+        if os.access(root, os.W_OK):
+            pytest.skip("running as superuser: permission bits do not stop writes (the "
+                        "unwritable-root test above uses a path under a regular file instead)")
+        for name in ("mnist", "cifar10"):
+            with pytest.raises(DataRootError, match=str(root)):
+                load_dataset(name, root=root)
+        assert offline == []
+    finally:
+        root.chmod(0o755)
+
+
+def test_present_files_load_from_a_read_only_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: list[str]
+) -> None:
+    root = tmp_path / "root"
+    _write_fake_idx(root, "mnist", monkeypatch)
+    rows = cifar_rows(2, 0)
+    write_cifar(root, "cifar10", cifar10_members([(rows, [0, 1])] * 5, (rows, [1, 0])),
+                monkeypatch)
+
+    def no_writes(*args: object, **kwargs: object) -> None:
+        raise AssertionError("reading present files needs no writable data root")
+
+    # Permission bits do not stop the superuser, so writes are also refused explicitly.
+    monkeypatch.setattr(sources, "_check_writable", no_writes)
+    monkeypatch.setattr(sources, "_atomic_write", no_writes)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        assert len(load_dataset("mnist", root=root, val_size=0).train) == 60
+        assert len(load_dataset("cifar10", root=root, val_size=0).train) == 10
+        assert data.fetch_dataset("cifar10", root=root) == root
+        assert data.fetch_dataset("mnist", root=root) == root / "mnist"
+    finally:
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755)
     assert offline == []
-    assert (len(s.train), len(s.val), len(s.test)) == (15, 5, 6)
-    assert s.train.images.shape == (15, 3, 32, 32) and s.train.images.dtype == torch.uint8
-    assert s.test.labels.dtype == torch.int64 and s.test.labels.tolist() == list(range(6))
-    assert (s.num_classes, s.in_channels, s.image_size, s.allow_flip) == (10, 3, 32, True)
-    assert s.class_names[0] == "airplane" and len(s.mean) == 3
-    # channel-major layout: pixel (c, h, w) of image j is data[j, 1024 c + 32 h + w]
-    np.testing.assert_array_equal(s.test.images[2, 1, 3, 5].item(), test_rows[2, 1024 + 96 + 5])
-    np.testing.assert_array_equal(s.test.images.reshape(6, -1).numpy(), test_rows)
-    ids = _ids(s.train.images) + _ids(s.val.images)
-    assert sorted(ids) == list(range(20))
-    assert [i % 10 for i in _ids(s.train.images)] == s.train.labels.tolist()
-
-
-def test_cifar100_uses_fine_labels(tmp_path: Path, offline: list[str]) -> None:
-    folder = tmp_path / "cifar-100-python"
-    folder.mkdir()
-    train = _cifar_rows(12, start=0)
-    _pickle(folder / "train", {b"data": train, b"fine_labels": [i * 8 for i in range(12)],
-                               b"coarse_labels": [1] * 12})
-    _pickle(folder / "test", {b"data": _cifar_rows(3, start=100), b"fine_labels": [99, 0, 42],
-                              b"coarse_labels": [2, 2, 2]})
-    names = [f"name{i}".encode() for i in range(100)]
-    _pickle(folder / "meta", {b"fine_label_names": names, b"coarse_label_names": []})
-    s = load_dataset("cifar100", root=tmp_path, val_size=2)
-    assert s.num_classes == 100 and s.class_names[42] == "name42"
-    assert s.test.labels.tolist() == [99, 0, 42]
-    assert [i * 8 for i in _ids(s.train.images)] == s.train.labels.tolist()
-
-
-def test_svhn_mat_files(tmp_path: Path, offline: list[str]) -> None:
-    from scipy.io import savemat
-
-    folder = tmp_path / "svhn"
-    folder.mkdir()
-    for split, n, start in (("train", 12, 0), ("test", 5, 200)):
-        nchw = _id_images(n, size=32, channels=3, start=start)
-        y = (np.arange(n) % 10 + 1).reshape(n, 1).astype(np.uint8)  # 1..10, 10 means "0"
-        savemat(folder / f"{split}_32x32.mat", {"X": nchw.transpose(2, 3, 1, 0), "y": y})
-    s = load_dataset("svhn", root=tmp_path, val_size=2)
-    assert s.test.images.shape == (5, 3, 32, 32) and s.test.images.dtype == torch.uint8
-    np.testing.assert_array_equal(
-        s.test.images.numpy(), _id_images(5, size=32, channels=3, start=200)
-    )
-    assert s.test.labels.tolist() == [1, 2, 3, 4, 5]
-    train_ids = _ids(s.train.images)
-    assert s.train.labels.tolist() == [(i % 10 + 1) % 10 for i in train_ids]  # 10 -> 0
-    assert 0 in s.train.labels.tolist() + s.val.labels.tolist()
-
-
-def test_cached_cifar_files_need_no_torchvision(tmp_path: Path, offline: list[str]) -> None:
-    folder = tmp_path / "cifar-10-batches-py"
-    folder.mkdir()
-    for f in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        _pickle(folder / f, {b"data": _cifar_rows(2, 0), b"labels": [0, 1]})
-    load_dataset("cifar10", root=tmp_path, val_size=1)
-    assert "import torchvision" not in offline
 
 
 # --------------------------------------------------------------------------------------

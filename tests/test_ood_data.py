@@ -1,19 +1,19 @@
 """OOD image sets matched to an in-distribution dataset: calnotes.data.ood_images.
 
 Dataset files are written in their real formats to a temporary data root (IDX for MNIST,
-python pickles for CIFAR, MATLAB files for SVHN); IDX checksums are injected by replacing
-the entries of ``calnotes.data.SHA256``.
+the tar.gz archive of python pickles for CIFAR, MATLAB files for SVHN); their checksums are
+injected by replacing the entries of ``calnotes.data.SHA256``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fake_data import cifar100_members, write_cifar, write_svhn
 
 from calnotes import data
 from calnotes.data import (
@@ -157,25 +157,15 @@ def test_in_distribution_dataset_is_refused() -> None:
         ood_images("fashion_mnist", _like("fashion_mnist"))
 
 
-def _pickle(path: Path, obj: dict) -> None:
-    with open(path, "wb") as fh:
-        pickle.dump(obj, fh)
-
-
-def test_cifar_and_svhn_against_cifar10(tmp_path: Path, offline: None) -> None:
-    from scipy.io import savemat
-
-    c100 = tmp_path / "cifar-100-python"
-    c100.mkdir()
+def test_cifar_and_svhn_against_cifar10(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: None
+) -> None:
     rows = _images(6, channels=3, size=32, seed=7).reshape(6, -1)
-    _pickle(c100 / "train", {b"data": rows, b"fine_labels": [0] * 6})
-    _pickle(c100 / "test", {b"data": rows[:4], b"fine_labels": [1] * 4})
-    svhn = tmp_path / "svhn"
-    svhn.mkdir()
+    write_cifar(tmp_path, "cifar100",
+                cifar100_members((rows, [0] * 6), (rows[:4], [1] * 4)), monkeypatch)
     nchw = _images(5, channels=3, size=32, seed=8)
-    for split in ("train", "test"):
-        savemat(svhn / f"{split}_32x32.mat",
-                {"X": nchw.transpose(2, 3, 1, 0), "y": np.ones((5, 1), np.uint8)})
+    labels = np.ones((5, 1), np.uint8)
+    write_svhn(tmp_path, {"train": (nchw, labels), "test": (nchw, labels)}, monkeypatch)
     like = _like("cifar10", channels=3, size=32)
     out = ood_images("cifar100", like, n=10, root=tmp_path)
     assert torch.equal(out, torch.from_numpy(rows[:4].reshape(4, 3, 32, 32)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_data import cifar100_members, write_cifar
 
 from calnotes.runs import sweeps
 from calnotes.runs.experiment import default_config
@@ -291,24 +291,15 @@ def test_real_sweep_on_digits_trains_shared_configs_once(tmp_path: Path,
     assert not (tmp_path / "results").exists()  # SMOKE never writes the results store
 
 
-def _pickle(path: Path, obj: dict) -> None:
-    with open(path, "wb") as fh:
-        pickle.dump(obj, fh)
-
-
 @pytest.mark.slow
 def test_paper_scale_code_path_cifar100_resnet110(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """DATASET='cifar100', MODEL='resnet110' go through the same sweep code (tiny fake files
     in the real CIFAR-100 format)."""
-    folder = tmp_path / "data" / "cifar-100-python"
-    folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    for split, n in (("train", 48), ("test", 16)):
-        rows = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-        _pickle(folder / split, {b"data": rows, b"fine_labels": [int(i) for i in
-                                                                 rng.integers(0, 100, n)],
-                                 b"coarse_labels": [0] * n})
+    splits = [(rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+               [int(i) for i in rng.integers(0, 100, n)]) for n in (48, 16)]
+    write_cifar(tmp_path / "data", "cifar100", cifar100_members(*splits), monkeypatch)
     monkeypatch.setenv("CALNOTES_DATA", str(tmp_path / "data"))
     runner = SweepRunner("test_sweeps", use_store=False, smoke=True, device="cpu")
     base = default_config(dataset="cifar100", model="resnet110",

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from calnotes.data.sources import (
-    _TV_FILES,
+    _CIFAR_DIRS,
     DATA_ENV,
     DATASETS,
-    IDX_FILES,
     SHA256,
     ChecksumError,
+    DataRootError,
     DatasetUnavailableError,
+    _dataset_dir,
     _sha256,
     data_root,
     fetch_dataset,
@@ -24,23 +25,20 @@ from calnotes.data.sources import (
 def _status(name: str, base: Path) -> str:
     if name == "digits":
         return "bundled with scikit-learn"
-    if name in SHA256:
-        folder = base / name
-        present = [f for f in IDX_FILES if (folder / f).is_file()]
-        if not present:
-            return "not cached"
-        if len(present) < len(IDX_FILES):
-            return f"incomplete ({len(present)}/{len(IDX_FILES)} files) in {folder}"
-        bad = [f for f in IDX_FILES if _sha256((folder / f).read_bytes()) != SHA256[name][f]]
-        if bad:
-            return f"CHECKSUM MISMATCH for {', '.join(bad)} in {folder}"
-        return f"cached, verified, in {folder}"
-    subdir, files = _TV_FILES[name]
-    folder = base / subdir
-    n = sum((folder / f).is_file() for f in files)
-    if n == 0:
+    folder = _dataset_dir(name, base)
+    files = list(SHA256[name])
+    present = [f for f in files if (folder / f).is_file()]
+    if not present:
+        if name in _CIFAR_DIRS and (base / _CIFAR_DIRS[name]).is_dir():
+            return (f"not cached (found only the extracted {base / _CIFAR_DIRS[name]}; "
+                    f"the archive {files[0]} is needed)")
         return "not cached"
-    return f"cached in {folder}" if n == len(files) else f"incomplete ({n}/{len(files)} files)"
+    if len(present) < len(files):
+        return f"incomplete ({len(present)}/{len(files)} files) in {folder}"
+    bad = [f for f in files if _sha256((folder / f).read_bytes()) != SHA256[name][f]]
+    if bad:
+        return f"CHECKSUM MISMATCH for {', '.join(bad)} in {folder}"
+    return f"cached, verified, in {folder}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.names:
         try:
             where = fetch_dataset(name, base)
-        except (DatasetUnavailableError, ChecksumError) as exc:
+        except (DatasetUnavailableError, ChecksumError, DataRootError) as exc:
             print(f"{name}: FAILED\n{exc}", file=sys.stderr)
             status = 1
             continue

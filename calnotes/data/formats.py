@@ -1,26 +1,41 @@
 """Readers of the files on disk: IDX (MNIST, Fashion-MNIST), CIFAR pickles, SVHN .mat.
 
 Each ``_load_<name>(root, download)`` returns the full ``(train, test)`` splits as
-:class:`~calnotes.data.containers.ImageData`; the files come from
-:mod:`calnotes.data.sources`.
+:class:`~calnotes.data.containers.ImageData`; the files come, SHA-256 verified, from
+:mod:`calnotes.data.sources`. The CIFAR batches are python pickles: they are read straight
+from the verified archive in memory, and parsed by an unpickler that builds only numpy arrays
+and plain containers, so even a crafted batch cannot run code.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import pickle
-from collections.abc import Sequence
+import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy < 1.26 has no numpy._core
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
+
 from calnotes._checks import as_tensor
 from calnotes._io import atomic_write as _atomic_write
 from calnotes.data.containers import ImageData
-from calnotes.data.sources import _CIFAR100_DIR, _ensure_idx, _ensure_tv_files, _maybe_gunzip
+from calnotes.data.sources import (
+    _CIFAR_DIRS,
+    _dataset_dir,
+    _ensure_files,
+    _ensure_idx,
+    _maybe_gunzip,
+)
 
 __all__ = ["encode_idx", "parse_idx", "read_idx", "write_idx"]
 
@@ -117,59 +132,127 @@ def _load_idx_dataset(name: str, root: Path, download: bool) -> tuple[ImageData,
 # --------------------------------------------------------------------------------------
 # CIFAR-10 / CIFAR-100 (python pickles) and SVHN (MATLAB files)
 # --------------------------------------------------------------------------------------
-def _unpickle(path: Path) -> dict[str, Any]:
-    """Load a CIFAR python batch (a pickled dict with bytes keys); only for trusted files."""
-    with open(path, "rb") as fh:
-        obj = pickle.load(fh, encoding="bytes")
+# What a CIFAR batch may name: numpy's array reconstruction, under its numpy 1 (``core``) and
+# numpy 2 (``_core``) module names. Mapped to the objects themselves: nothing is imported by
+# the names a file gives.
+_PICKLE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+}
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """An unpickler whose only globals are numpy's array reconstruction: everything else
+    (``os.system``, ``builtins.eval``, any class) is refused, so loading runs no code."""
+
+    def __init__(self, buf: bytes, where: str) -> None:
+        super().__init__(io.BytesIO(buf), encoding="bytes")
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = _PICKLE_GLOBALS.get((module, name))
+        if obj is None:
+            raise pickle.UnpicklingError(
+                f"{self.where}: refusing to load the global {module}.{name}; a CIFAR batch "
+                "holds only numpy arrays, lists and strings (the file is corrupt or crafted)"
+            )
+        return obj
+
+
+def _unpickle(buf: bytes, where: str) -> dict[str, Any]:
+    """Parse a CIFAR python batch (a pickled dict with bytes keys) held in ``buf``; ``where``
+    names its origin in errors. Only numpy arrays and plain containers are built."""
+    try:
+        obj = _ArrayUnpickler(buf, where).load()
+    except Exception as exc:  # any failure to parse means: not a CIFAR batch
+        msg = str(exc)
+        if not msg.startswith(where):
+            msg = f"{where} is not a readable CIFAR batch: {type(exc).__name__}: {msg}"
+        raise ValueError(msg) from exc
     if not isinstance(obj, dict):
-        raise ValueError(f"{path} does not hold a CIFAR batch dict")
+        raise ValueError(f"{where} does not hold a CIFAR batch dict")
     return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in obj.items()}
 
 
-def _cifar_batches(paths: Sequence[Path], label_key: str) -> ImageData:
+_Batch = tuple[str, dict[str, Any]]  # (where it came from, for errors; the parsed dict)
+
+
+def _cifar_archive(name: str, root: Path, download: bool, members: tuple[str, ...]
+                   ) -> dict[str, _Batch]:
+    """The batches ``members`` (names inside the archive's folder) of the verified archive of
+    ``name``, parsed in memory; nothing is extracted to disk."""
+    fname, blob = next(iter(_ensure_files(name, root, download).items()))
+    path = _dataset_dir(name, root) / fname
+    wanted = {f"{_CIFAR_DIRS[name]}/{m}": m for m in members}
+    out: dict[str, _Batch] = {}
+    try:
+        # One pass through the gzip stream, in archive order (no seeking back).
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r|gz") as tar:
+            for member in tar:
+                if member.name not in wanted:
+                    continue
+                fh = tar.extractfile(member) if member.isfile() else None
+                if fh is None:
+                    raise ValueError(f"{path}: {member.name} is not a regular file")
+                where = f"{path}:{member.name}"
+                out[wanted[member.name]] = (where, _unpickle(fh.read(), where))
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{path} is not a readable tar.gz archive: {exc}") from exc
+    missing = [m for m in wanted if wanted[m] not in out]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}")
+    return out
+
+
+def _cifar_data(batches: list[_Batch], label_key: str) -> ImageData:
     xs, ys = [], []
-    for p in paths:
-        d = _unpickle(p)
+    for where, d in batches:
         if "data" not in d or label_key not in d:
-            raise ValueError(f"{p} lacks the keys 'data' and {label_key!r}")
+            raise ValueError(f"{where} lacks the keys 'data' and {label_key!r}")
         x = np.asarray(d["data"])
         y = np.asarray(d[label_key], dtype=np.int64).reshape(-1)
         if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
-            raise ValueError(f"{p}: 'data' must be uint8 (N, 3072), got {x.dtype} {x.shape}")
+            raise ValueError(f"{where}: 'data' must be uint8 (N, 3072), got {x.dtype} {x.shape}")
         if y.shape[0] != x.shape[0]:
-            raise ValueError(f"{p}: {y.shape[0]} labels for {x.shape[0]} images")
+            raise ValueError(f"{where}: {y.shape[0]} labels for {x.shape[0]} images")
         xs.append(x.reshape(-1, 3, 32, 32))
         ys.append(y)
     return ImageData(torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys)))
 
 
+_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+
 def _load_cifar10(root: Path, download: bool) -> tuple[ImageData, ImageData]:
-    folder = _ensure_tv_files("cifar10", root, download)
-    train = _cifar_batches([folder / f"data_batch_{i}" for i in range(1, 6)], "labels")
-    return train, _cifar_batches([folder / "test_batch"], "labels")
+    b = _cifar_archive("cifar10", root, download, (*_CIFAR10_TRAIN, "test_batch"))
+    train = _cifar_data([b[m] for m in _CIFAR10_TRAIN], "labels")
+    return train, _cifar_data([b["test_batch"]], "labels")
 
 
-def _load_cifar100(root: Path, download: bool) -> tuple[ImageData, ImageData]:
-    folder = _ensure_tv_files("cifar100", root, download)
+def _load_cifar100(root: Path, download: bool
+                   ) -> tuple[ImageData, ImageData, tuple[str, ...]]:
+    """Train and test splits (fine labels) and the 100 fine class names."""
+    b = _cifar_archive("cifar100", root, download, ("train", "test", "meta"))
+    where, meta = b["meta"]
+    names = meta.get("fine_label_names")
+    if not isinstance(names, list) or len(names) != 100:
+        raise ValueError(f"{where} must hold a list of 100 'fine_label_names'")
     return (
-        _cifar_batches([folder / "train"], "fine_labels"),
-        _cifar_batches([folder / "test"], "fine_labels"),
+        _cifar_data([b["train"]], "fine_labels"),
+        _cifar_data([b["test"]], "fine_labels"),
+        tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names),
     )
 
 
-def _cifar100_names(root: Path) -> tuple[str, ...]:
-    meta = root / _CIFAR100_DIR / "meta"
-    if meta.is_file():
-        names = _unpickle(meta).get("fine_label_names")
-        if names is not None and len(names) == 100:
-            return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
-    return tuple(f"class_{i}" for i in range(100))
-
-
-def _read_svhn(path: Path) -> ImageData:
+def _read_svhn(buf: bytes, path: Path) -> ImageData:
+    """An SVHN MATLAB file held (verified) in ``buf``; ``path`` is named in errors."""
     from scipy.io import loadmat
 
-    mat = loadmat(path)
+    mat = loadmat(io.BytesIO(buf))
+    if "X" not in mat or "y" not in mat:
+        raise ValueError(f"{path} lacks the variables 'X' and 'y'")
     x, y = np.asarray(mat["X"]), np.asarray(mat["y"]).reshape(-1).astype(np.int64)
     if x.dtype != np.uint8 or x.ndim != 4 or x.shape[:3] != (32, 32, 3):
         raise ValueError(f"{path}: 'X' must be uint8 (32, 32, 3, N), got {x.dtype} {x.shape}")
@@ -183,5 +266,7 @@ def _read_svhn(path: Path) -> ImageData:
 
 
 def _load_svhn(root: Path, download: bool) -> tuple[ImageData, ImageData]:
-    folder = _ensure_tv_files("svhn", root, download)
-    return _read_svhn(folder / "train_32x32.mat"), _read_svhn(folder / "test_32x32.mat")
+    files = _ensure_files("svhn", root, download)
+    folder = _dataset_dir("svhn", root)
+    train, test = "train_32x32.mat", "test_32x32.mat"
+    return _read_svhn(files[train], folder / train), _read_svhn(files[test], folder / test)

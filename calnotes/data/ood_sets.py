@@ -200,5 +200,5 @@ def ood_images(
     if dataset == like.name:
         raise ValueError(f"name {name!r} is the in-distribution dataset itself, not OOD")
     base = data_root(root)
-    _, test = _load_raw(dataset, base, download)
+    _, test, _ = _load_raw(dataset, base, download)
     return match_images(test.subset(n, seed).images, c, size)

