@@ -27,11 +27,12 @@ def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> to
 
 
 def chapter_run(
-    experiment: str, config: dict[str, Any], *, use_store: bool, smoke: bool,
+    config: dict[str, Any], *, label: str | None = None, use_store: bool, smoke: bool,
     device: str | torch.device = "auto", progress: bool = False,
 ) -> Any:
-    """Load a chapter's run from ``results/``, or compute it (and store it there).
+    """Load a run from ``results/`` (keyed by its config alone), or compute and store it.
 
+    ``label`` (the chapter) is recorded in the provenance of a run this call stores.
     SMOKE runs and ``USE_STORE=False`` use a fresh temporary store and checkpoint folder,
     so they always recompute and never touch the stored results. The per-batch progress
     bar is off by default: in an executed notebook every update would become output.
@@ -39,9 +40,9 @@ def chapter_run(
     from .store import RunStore, load_or_run
 
     if use_store and not smoke:
-        return load_or_run(experiment, config, device=device, progress=progress)
+        return load_or_run(config, label=label, device=device, progress=progress)
     scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
-    return load_or_run(experiment, config, store=RunStore(scratch / "results"),
+    return load_or_run(config, label=label, store=RunStore(scratch / "results"),
                        checkpoint_root=scratch / "checkpoints", device=device,
                        progress=progress)
 
