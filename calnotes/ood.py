@@ -583,8 +583,12 @@ def run_ood_logits(
             raise ValueError(f"images[{name!r}] is empty")
         digests[name] = _images_digest(x)
 
-    out = {name: _read_ood_logits(run, digests[name]) for name in images}
-    missing = [name for name, logits in out.items() if logits is None]
+    out: dict[str, np.ndarray] = {}
+    for name in images:
+        found = _read_ood_logits(run, digests[name])
+        if found is not None:
+            out[name] = found
+    missing = [name for name in images if name not in out]
     if missing:
         model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
         dev = next(iter(model.parameters())).device
@@ -601,8 +605,11 @@ def run_ood_logits(
                 {"kind": "ood_logits", "images_sha256": digests[name],
                  "config_hash": run.path.name},
             )
-            out[name] = _read_ood_logits(run, digests[name])  # another writer may have won
-    return {name: torch.from_numpy(out[name]) for name in images}  # type: ignore[arg-type]
+            found = _read_ood_logits(run, digests[name])  # another writer may have won
+            if found is None:
+                raise RuntimeError(f"the OOD logits of {name!r} were not stored in {run.path}")
+            out[name] = found
+    return {name: torch.from_numpy(out[name]) for name in images}
 
 
 def _ood_entry(run: Any, images_sha256: str) -> Path:
