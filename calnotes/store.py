@@ -473,11 +473,11 @@ class RunStore:
         digest = config_hash(config)
         folder = self.root / digest
         if not folder.exists():
-            old = sorted(p.parent for p in self.root.glob(f"*/{digest}")
+            old = sorted(p for p in self.root.glob(f"*/{digest}")
                          if not p.parent.name.startswith("."))
             if old:
                 raise OutdatedRun(
-                    f"run {digest} is stored only in the older layout of {old[0]} "
+                    f"run {digest} is stored only in the older layout, at {old[0]} "
                     f"(format 1, float16 logits); {_RECOMPUTE}"
                 )
             raise RunNotFound(f"no stored run with config hash {digest} in {self.root}")

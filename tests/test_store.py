@@ -410,7 +410,7 @@ def test_outdated_runs_are_refused_and_recomputed_by_make_results(
     old.mkdir(parents=True)
     for name in (*store.FILES, "DONE"):
         (old / name).write_bytes(b"")
-    with pytest.raises(OutdatedRun, match=r"older layout.*make results"):
+    with pytest.raises(OutdatedRun, match=rf"older layout, at {old} .*make results"):
         runs.load(result.config)
     with pytest.raises(OutdatedRun, match="make results"):
         load_or_run(result.config, store=runs, compute=False)
