@@ -35,7 +35,7 @@ test-unit: setup data
 # pytest exits 5 when it collects nothing, so a missing chapter fails the target.
 test-chapters: setup data
 	rm -rf _build/smoke
-	$(PY) -m calnotes.chapters smoke _build/smoke
+	$(PY) -m calnotes.book smoke _build/smoke
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env _build/smoke
 
 book: setup data
@@ -44,10 +44,10 @@ book: setup data
 
 run: setup data
 	@test -n "$(CHAPTER)" || (echo "usage: make run CHAPTER=<name> ARGS='-p NAME VALUE ...'"; exit 2)
-	$(PY) -m calnotes.chapters run $(CHAPTER) $(ARGS)
+	$(PY) -m calnotes.book run $(CHAPTER) $(ARGS)
 
 results: setup data
-	$(PY) -m calnotes.chapters results -p DEVICE $(DEVICE)
+	$(PY) -m calnotes.book results -p DEVICE $(DEVICE)
 
 bench: setup data
 	$(PY) benchmarks/run_all.py

@@ -23,9 +23,9 @@ import torch
 from _common import report, sync
 
 from calnotes.data import load_dataset, make_loaders
-from calnotes.meta import GammaNet, MetaTrainer
 from calnotes.models import build_model
 from calnotes.training import Trainer, select_device
+from calnotes.training.meta import GammaNet, MetaTrainer
 
 
 def _epoch_seconds(trainer: Trainer, fit_args: tuple, device: torch.device) -> float:

@@ -62,9 +62,9 @@ def _data(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _torchmetrics() -> Any | None:
     """torchmetrics' classification functional API, or None if it cannot be imported."""
     try:
-        from calnotes.data import _import_torchvision
+        from calnotes.data.sources import _import_torchvision
 
-        _import_torchvision()  # torchmetrics imports torchvision (see calnotes.data)
+        _import_torchvision()  # torchmetrics imports torchvision (see calnotes.data.sources)
         import torchmetrics.functional.classification as tmc
     except Exception as exc:  # any import failure means "peer unavailable"
         print(f"torchmetrics unavailable: {type(exc).__name__}: {exc}", file=sys.stderr)

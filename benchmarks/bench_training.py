@@ -21,7 +21,8 @@ import torch
 from _common import report, sync
 from torch import nn
 
-from calnotes.data import _import_torchvision, load_dataset, make_loaders
+from calnotes.data import load_dataset, make_loaders
+from calnotes.data.sources import _import_torchvision
 from calnotes.models import build_model
 from calnotes.training import Trainer, select_device
 

@@ -2,6 +2,15 @@
 
 Submodules load on first use, so ``import calnotes`` is cheap and
 ``calnotes.metrics.ece(...)`` works without importing the submodule yourself.
+
+The package is layered; a module imports only from layers below its own:
+
+1. toolkit: ``metrics``, ``calibrators``, ``losses``, ``ood``, ``plots``, ``synthetic``,
+   ``evaluation`` (on the helpers ``_checks`` and ``_io``);
+2. ``data`` (package) and ``models``;
+3. ``training`` (package);
+4. ``runs`` (package: experiment configs, the run store, sweeps, methods, OOD runs);
+5. ``book`` (package: the chapter runner and the chapters' helpers).
 """
 
 from __future__ import annotations
@@ -12,9 +21,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "calibrators", "chapters", "data", "evaluation", "experiments", "losses", "meta",
-    "methods", "metrics", "models", "notebook", "ood", "plots", "store", "sweeps", "synthetic",
-    "training",
+    "book", "calibrators", "data", "evaluation", "losses", "metrics", "models", "ood", "plots",
+    "runs", "synthetic", "training",
 )
 __all__ = ["__version__", *_SUBMODULES]
 

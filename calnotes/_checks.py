@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 #: Rows of ``probs`` must sum to 1 within this absolute tolerance. Loose enough for
-#: float16-stored logits pushed through a float32 softmax, tight enough to catch
+#: float16 logits pushed through a float32 softmax, tight enough to catch
 #: unnormalized scores or logits passed by mistake.
 PROB_SUM_ATOL = 1e-3
 
@@ -38,6 +38,16 @@ def as_tensor(x: Any, name: str) -> tuple[torch.Tensor, bool]:
 def like_input(t: torch.Tensor, numpy_out: bool) -> ArrayLike:
     """Give back a result in the kind the caller passed in (numpy in, numpy out)."""
     return t.detach().cpu().numpy() if numpy_out else t
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model`` lives: the device of its first parameter, else of its first buffer,
+    else the CPU."""
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
 
 
 def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:

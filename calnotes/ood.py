@@ -1,4 +1,4 @@
-"""Out-of-distribution (OOD) detection: scores, detection metrics and OOD image sources.
+"""Out-of-distribution (OOD) detection: scores and detection metrics.
 
 Convention, used by every function here: **in-distribution (ID) is the positive class and a
 higher score means "more in-distribution"**. A detector keeps a sample as ID when its score
@@ -10,23 +10,17 @@ device, or numpy): :func:`msp`, :func:`max_logit`, :func:`energy`; :func:`odin` 
 
 Metrics take ``scores_in`` and ``scores_out`` (1-d, finite, non-empty) and return floats:
 :func:`auroc`, :func:`aupr_in`, :func:`aupr_out`, :func:`fpr_at_tpr`; :func:`ood_report`
-tabulates them for several OOD sets.
+tabulates them for several OOD sets, and :func:`score_report` does so for a named score
+computed from logits.
 
-OOD images as data: :func:`gaussian_noise_images`, :func:`uniform_noise_images` and
-:func:`load_image_folder` return ``uint8`` tensors ``(N, C, H, W)``
-(:func:`calnotes.data.ood_images` picks one by name, shaped like a dataset).
-
-A trained run on OOD sets: :func:`run_ood_logits` gives a stored run's logits on OOD
-images (stored inside the run's folder, so the book needs no weights), :func:`trained_model`
-recovers the run's model from its checkpoint, and :func:`score_report` tabulates the
-detection metrics of a named score.
+OOD images as data are in :mod:`calnotes.data.ood_sets` (:func:`calnotes.data.ood_images`);
+a stored run's logits on them come from :func:`calnotes.runs.ood.run_ood_logits`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,33 +35,25 @@ from calnotes._checks import (
     as_tensor,
     check_logits,
     check_positive_float,
-    check_positive_int,
     like_input,
+    model_device,
 )
-from calnotes.training import _model_device
 
 __all__ = [
-    "IMAGE_SUFFIXES",
-    "OOD_FOLDER",
-    "OOD_LOGITS_FILE",
     "SCORES",
     "aupr_in",
     "aupr_out",
     "auroc",
     "energy",
     "fpr_at_tpr",
-    "gaussian_noise_images",
-    "load_image_folder",
     "max_logit",
     "msp",
     "odin",
     "odin_scores",
     "ood_report",
-    "run_ood_logits",
     "score_report",
-    "trained_model",
-    "uniform_noise_images",
 ]
+
 
 # ---------------------------------------------------------------------------------------
 # scores from logits
@@ -167,7 +153,7 @@ def odin_scores(
     """
     temperature = check_positive_float(temperature, "temperature")
     epsilon = _check_epsilon(epsilon)
-    target = torch.device(device) if device is not None else _model_device(model)
+    target = torch.device(device) if device is not None else model_device(model)
     scores = []
     for batch in loader:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -307,101 +293,11 @@ def ood_report(
 
 
 # ---------------------------------------------------------------------------------------
-# OOD images as data
-# ---------------------------------------------------------------------------------------
-
-#: File suffixes :func:`load_image_folder` reads (case-insensitive).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
-
-def _check_image_shape(shape: Any) -> tuple[int, int, int]:
-    if not isinstance(shape, (tuple, list)) or len(shape) != 3:
-        raise ValueError(f"shape must be (C, H, W), got {shape!r}")
-    c, h, w = (check_positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
-    return c, h, w
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-    return int(seed)
-
-
-def gaussian_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
-    """``n`` Gaussian-noise images, uint8 ``(n, C, H, W)`` on the CPU.
-
-    Pixels are ``clip(round(128 + 64 z), 0, 255)`` with ``z ~ N(0, 1)`` i.i.d., drawn from a
-    generator seeded with ``seed``.
-    """
-    n = check_positive_int(n, "n")
-    c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
-    z = torch.randn((n, c, h, w), generator=gen, dtype=torch.float32)
-    return (128.0 + 64.0 * z).round().clamp(0, 255).to(torch.uint8)
-
-
-def uniform_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
-    """``n`` uniform-noise images, uint8 ``(n, C, H, W)``: pixels i.i.d. uniform on {0..255}."""
-    n = check_positive_int(n, "n")
-    c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
-    return torch.randint(0, 256, (n, c, h, w), generator=gen, dtype=torch.uint8)
-
-
-def load_image_folder(
-    path: str | Path, size: int | tuple[int, int], channels: int = 3
-) -> torch.Tensor:
-    """Read every PNG/JPEG in ``path`` (sorted by name) into uint8 ``(N, channels, H, W)``.
-
-    Images are converted to grayscale (``channels=1``) or RGB (``channels=3``) and resized to
-    ``size`` (``int`` for square, or ``(H, W)``) with bilinear filtering. Raises
-    ``FileNotFoundError`` if ``path`` is not a folder and ``ValueError`` if it holds no image.
-    """
-    from PIL import Image
-
-    folder = Path(path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"path is not a folder: {str(folder)!r}")
-    if isinstance(size, (tuple, list)):
-        if len(size) != 2:
-            raise ValueError(f"size must be an int or (H, W), got {size!r}")
-        height, width = (check_positive_int(v, "size") for v in size)
-    else:
-        height = width = check_positive_int(size, "size")
-    channels = check_positive_int(channels, "channels")
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 or 3, got {channels}")
-    files = sorted(
-        p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-    )
-    if not files:
-        raise ValueError(
-            f"path {str(folder)!r} contains no image files with suffix {IMAGE_SUFFIXES}"
-        )
-    mode = "L" if channels == 1 else "RGB"
-    images = []
-    for file in files:
-        with Image.open(file) as img:
-            resized = img.convert(mode).resize((width, height), Image.Resampling.BILINEAR)
-            arr = np.asarray(resized, dtype=np.uint8)
-        images.append(arr[None] if channels == 1 else arr.transpose(2, 0, 1))
-    return torch.from_numpy(np.stack(images))
-
-
-# ---------------------------------------------------------------------------------------
-# a trained run on OOD sets
+# a named score of logits
 # ---------------------------------------------------------------------------------------
 
 #: Scores :func:`score_report` knows by name (each maps logits to "higher = more ID").
 SCORES = {"msp": msp, "max_logit": max_logit, "energy": energy}
-
-#: Folder, inside a stored run's folder, of the run's logits on OOD image sets: one entry
-#: ``ood/<first 16 hex digits of the images' SHA-256>/`` per set of images.
-OOD_FOLDER = "ood"
-#: File of such an entry holding the float32 ``logits`` (compressed npz).
-OOD_LOGITS_FILE = "ood_logits.npz"
 
 
 def score_report(
@@ -434,207 +330,3 @@ def score_report(
         {k: scores(v, f"logits_out[{k!r}]") for k, v in logits_out.items()},
         tpr=tpr,
     )
-
-
-def _images_digest(images: torch.Tensor) -> str:
-    import hashlib
-
-    array = images.detach().cpu().contiguous().numpy()
-    digest = hashlib.sha256(str(tuple(array.shape)).encode())
-    digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def _checkpoint_roots(run: Any, checkpoint_root: str | Path | None) -> list[Path]:
-    if checkpoint_root is not None:
-        return [Path(checkpoint_root)]
-    from calnotes.store import default_checkpoint_root
-
-    # calnotes.notebook.chapter_run keeps the checkpoints of a scratch (SMOKE) store in a
-    # "checkpoints" folder next to the store root (the run's folder is <root>/<hash>)
-    return [Path(run.path).parents[1] / "checkpoints", default_checkpoint_root()]
-
-
-def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
-    from calnotes import training
-
-    logits, _ = training.predict_logits(model, test_loader)
-    return logits.shape == run.test_logits.shape and torch.allclose(
-        logits, run.test_logits, rtol=2e-3, atol=2e-3
-    )
-
-
-def trained_model(
-    run: Any,
-    *,
-    device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
-    retrain: bool = True,
-) -> tuple[nn.Module, Any]:
-    """The trained model of a stored run and its dataset splits: ``(model, splits)``.
-
-    The store keeps logits, not weights. The weights come from the run's final training
-    checkpoint ``<root>/<config hash>/last.pt``, looked for in ``checkpoint_root`` (default:
-    the ``checkpoints`` folder next to the store root, then
-    :func:`calnotes.store.default_checkpoint_root`). A checkpoint is used only if it was
-    written for the run's whole config and its model reproduces the stored test logits
-    (within 2e-3: other batch sizes or kernels reorder float32 sums, while another training
-    moves logits far more): one left by another training of the same config is skipped.
-    Without a usable checkpoint, ``retrain=True`` trains the run again in a temporary
-    folder (deterministic on the CPU) and checks the result the same way; ``RuntimeError``
-    if that fails too, ``FileNotFoundError`` if ``retrain=False`` and no checkpoint exists.
-    A damaged checkpoint raises ``ValueError`` naming it. The model is returned in eval
-    mode on ``device``.
-    """
-    import tempfile
-
-    from calnotes import data, experiments, models, store, training
-
-    if not isinstance(run, store.StoredRun):
-        raise TypeError(f"run must be a calnotes.store.StoredRun, got {type(run).__name__}")
-    if not isinstance(retrain, bool):
-        raise TypeError(f"retrain must be a bool, got {type(retrain).__name__}")
-    cfg = experiments.default_config(**run.config)
-    digest = store.config_hash(cfg)
-    dev = training.select_device(device)
-    splits = data.load_dataset(
-        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
-        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
-    )
-    if cfg.get("positive_class") is not None:  # a binary run, as train_run builds it
-        splits = data.binary_target(splits, cfg["positive_class"])
-    _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=dev)
-    roots = _checkpoint_roots(run, checkpoint_root)
-    tried = []
-    for path in (r / digest / "last.pt" for r in roots):
-        if not path.is_file():
-            continue
-        state = training.load_checkpoint(path)  # a damaged file: ValueError naming it
-        if state["fingerprint"].get("run_config") != cfg:
-            tried.append(f"{path} (written for another config)")
-            continue
-        if int(state["epoch"]) != cfg["epochs"]:
-            tried.append(f"{path} (unfinished)")
-            continue
-        model: nn.Module = models.build_model(
-            cfg["model"], splits.num_classes, splits.in_channels, splits.image_size,
-            **cfg["model_options"],
-        )
-        model.load_state_dict(state["model"])
-        model = model.to(dev).eval()
-        if _reproduces(model, run, test_loader):
-            return model, splits
-        tried.append(f"{path} (another training: its test logits differ)")
-    if not retrain:
-        if not tried:
-            raise FileNotFoundError(
-                f"no checkpoint of run {digest} in {[str(r) for r in roots]}; pass "
-                "retrain=True to train it again"
-            )
-        raise RuntimeError(f"no checkpoint reproduces stored run {digest}: {'; '.join(tried)}")
-    with tempfile.TemporaryDirectory(prefix="calnotes-retrain-") as tmp:
-        result = experiments.train_run(cfg, device=dev, checkpoint_dir=tmp, progress=False)
-    if result.model is None:  # train_run always returns the model; keep mypy informed
-        raise RuntimeError("train_run returned no model")
-    model = result.model.to(dev).eval()
-    if not _reproduces(model, run, test_loader):
-        raise RuntimeError(
-            f"a retrained model does not reproduce the stored test logits of run {digest} "
-            f"({run.path}), e.g. because training is not deterministic on {dev}; tried "
-            f"{tried or 'no checkpoint'}. Delete the stored run to train it again."
-        )
-    return model, splits
-
-
-def run_ood_logits(
-    run: Any,
-    images: Mapping[str, torch.Tensor],
-    *,
-    device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
-    batch_size: int = 1000,
-) -> dict[str, torch.Tensor]:
-    """Logits of a stored run's model on each OOD image set, stored inside the run's folder.
-
-    ``images`` maps a set's name to uint8 images ``(N, C, H, W)`` shaped like the run's
-    dataset (see :func:`calnotes.data.ood_images`); they are normalized with the run's
-    training mean and std, as the in-distribution images were. The float32 logits of each
-    set are an entry ``<run>/ood/<images SHA-256 [:16]>/`` of the run store
-    (:func:`calnotes.store.write_entry`: published whole, checksummed, versioned), so they
-    go with the run's folder when the run is recomputed. Sets not stored yet need the
-    trained model (:func:`trained_model`). A damaged entry raises
-    :class:`calnotes.store.CorruptRun` naming it. Returns ``{name: float32 logits (N, C)}``
-    on the CPU.
-    """
-    from calnotes import data, store, training
-
-    if not isinstance(run, store.StoredRun):
-        raise TypeError(f"run must be a calnotes.store.StoredRun, got {type(run).__name__}")
-    if not isinstance(images, Mapping) or not images:
-        raise ValueError("images must be a non-empty mapping name -> uint8 images")
-    batch_size = check_positive_int(batch_size, "batch_size")
-    digests = {}
-    for name, x in images.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"image set names must be non-empty str, got {name!r}")
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
-            raise ValueError(f"images[{name!r}] must be a uint8 tensor (N, C, H, W)")
-        if x.shape[0] == 0:
-            raise ValueError(f"images[{name!r}] is empty")
-        digests[name] = _images_digest(x)
-
-    out: dict[str, np.ndarray] = {}
-    for name in images:
-        found = _read_ood_logits(run, digests[name])
-        if found is not None:
-            out[name] = found
-    missing = [name for name in images if name not in out]
-    if missing:
-        model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
-        dev = next(iter(model.parameters())).device
-        for name in missing:
-            x = images[name]
-            loader = data.DeviceLoader(
-                data.ImageData(x, torch.zeros(x.shape[0], dtype=torch.long)), batch_size,
-                shuffle=False, mean=splits.mean, std=splits.std, device=dev,
-            )
-            logits, _ = training.predict_logits(model, loader)
-            store.write_entry(
-                _ood_entry(run, digests[name]),
-                {OOD_LOGITS_FILE: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
-                {"kind": "ood_logits", "images_sha256": digests[name],
-                 "config_hash": run.path.name},
-            )
-            found = _read_ood_logits(run, digests[name])  # another writer may have won
-            if found is None:
-                raise RuntimeError(f"the OOD logits of {name!r} were not stored in {run.path}")
-            out[name] = found
-    return {name: torch.from_numpy(out[name]) for name in images}
-
-
-def _ood_entry(run: Any, images_sha256: str) -> Path:
-    return Path(run.path) / OOD_FOLDER / images_sha256[:16]
-
-
-def _read_ood_logits(run: Any, images_sha256: str) -> np.ndarray | None:
-    """The stored float32 logits of the images with this digest (``None`` if not stored
-    or stored in an older format); :class:`calnotes.store.CorruptRun` if damaged."""
-    from calnotes import store
-
-    folder = _ood_entry(run, images_sha256)
-    if not folder.is_dir():
-        return None
-    remedy = f"delete the folder {folder}; the next call recomputes it"
-    try:
-        manifest, files = store.read_entry(folder, kind="ood_logits", remedy=remedy)
-    except store.OutdatedRun:
-        return None  # recomputed, and replaced by write_entry
-    if manifest.get("images_sha256") != images_sha256 or OOD_LOGITS_FILE not in files:
-        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe these images' "
-                               f"logits; {remedy}")
-    arrays = store.parse_npz(files[OOD_LOGITS_FILE], folder / OOD_LOGITS_FILE, remedy)
-    logits = arrays.get("logits")
-    if logits is None or logits.ndim != 2 or logits.dtype != np.float32:
-        raise store.CorruptRun(f"{folder / OOD_LOGITS_FILE} holds no float32 (N, C) logits; "
-                               f"{remedy}")
-    return logits

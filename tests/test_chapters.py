@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from calnotes import chapters
+from calnotes.book import chapters
 
 
 def test_every_chapter_has_literal_parameters_with_the_tiers():

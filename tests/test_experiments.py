@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from calnotes import data, experiments
-from calnotes.experiments import DEFAULT_CONFIG, OPTIONAL_CONFIG, default_config
-from calnotes.store import RunStore, config_hash, load_or_run
+from calnotes import data
+from calnotes.runs import experiment
+from calnotes.runs.experiment import DEFAULT_CONFIG, OPTIONAL_CONFIG, default_config
+from calnotes.runs.store import RunStore, config_hash, load_or_run
 
 #: Chapter 1's stored run; its hash must not change when optional keys are added.
 CH01_CONFIG = {"dataset": "fashion_mnist", "model": "lenet5", "epochs": 30,
@@ -58,7 +59,7 @@ def test_values_are_made_canonical_by_the_schema() -> None:
     for key, kind in (("weight_decay", float), ("lr", float), ("momentum", float),
                       ("epochs", int), ("augment", bool), ("train_subset", int)):
         assert type(cfg[key]) is kind, key
-    assert set(experiments.CONFIG_TYPES) == set(DEFAULT_CONFIG) | set(OPTIONAL_CONFIG)
+    assert set(experiment.CONFIG_TYPES) == set(DEFAULT_CONFIG) | set(OPTIONAL_CONFIG)
     assert json.dumps(cfg)  # plain JSON, no NumPy scalars
     assert default_config(**cfg) == cfg
 
@@ -106,7 +107,7 @@ def test_unknown_key_lists_optional_keys() -> None:
 def test_train_run_with_positive_class_is_binary(tmp_path: Path) -> None:
     config = {"dataset": "digits", "model": "lenet5", "epochs": 1, "batch_size": 64,
               "val_size": 300, "test_subset": 200, "positive_class": 9}
-    result = experiments.train_run(config, device="cpu", progress=False)
+    result = experiment.train_run(config, device="cpu", progress=False)
     assert result.config["positive_class"] == 9
     assert result.test_logits.shape == (200, 2) and result.val_logits.shape == (300, 2)
     splits = data.load_dataset("digits", val_size=300, seed=0, test_subset=200)
@@ -126,7 +127,7 @@ def test_train_run_rejects_out_of_range_positive_class() -> None:
     config = {"dataset": "digits", "model": "lenet5", "epochs": 1, "val_size": 300,
               "positive_class": 10}
     with pytest.raises(ValueError, match="positive_class"):
-        experiments.train_run(config, device="cpu", progress=False)
+        experiment.train_run(config, device="cpu", progress=False)
 
 
 # --------------------------------------------------------------------------- meta and mixup
@@ -134,7 +135,7 @@ def test_train_run_rejects_out_of_range_positive_class() -> None:
 
 def test_meta_config_fills_its_options_and_changes_the_hash() -> None:
     cfg = default_config(loss="focal", meta={"outer": "dece"})
-    assert cfg["meta"] == {**experiments.META_OPTIONS, "outer": "dece"}
+    assert cfg["meta"] == {**experiment.META_OPTIONS, "outer": "dece"}
     assert default_config(**cfg) == cfg
     assert config_hash(cfg) != config_hash(default_config(loss="focal", meta={}))
     assert config_hash(default_config(loss="focal", meta=None)) == config_hash(
@@ -153,13 +154,13 @@ def test_meta_config_errors(overrides, error, match) -> None:
 
 
 def test_make_trainer_picks_the_trainer_the_config_names() -> None:
-    from calnotes.meta import MetaTrainer
     from calnotes.models import build_model
     from calnotes.training import MixupTrainer, Trainer
+    from calnotes.training.meta import MetaTrainer
 
     def build(**overrides):
         model = build_model("lenet5", 10, 1, 8)
-        return experiments.make_trainer(default_config(**overrides), model, device="cpu")
+        return experiment.make_trainer(default_config(**overrides), model, device="cpu")
 
     meta = build(loss="focal", meta={"outer": "dece", "heads": 3, "meta_lr": 0.01})
     assert isinstance(meta, MetaTrainer)
@@ -172,19 +173,19 @@ def test_make_trainer_picks_the_trainer_the_config_names() -> None:
         build(loss="mixup", loss_options={"beta": 1.0})
     with pytest.raises(ValueError, match="sgd"):
         build(loss="focal", meta={}, optimizer="adam")
-    assert "mixup" in experiments.available_losses()
+    assert "mixup" in experiment.available_losses()
     with pytest.raises(ValueError, match="make_trainer"):
-        experiments.make_loss("mixup")
+        experiment.make_loss("mixup")
 
 
 def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
     config = {"dataset": "digits", "model": "lenet5", "epochs": 2, "batch_size": 64,
               "val_size": 300, "test_subset": 200, "loss": "focal", "meta": {}}
-    result = experiments.train_run(config, device="cpu", progress=False)
+    result = experiment.train_run(config, device="cpu", progress=False)
     gamma_mean, gamma_std = result.history["gamma_mean"], result.history["gamma_std"]
     assert len(gamma_mean) == 2 and all(g > 0 for g in gamma_mean)
     assert all(s >= 0 for s in gamma_std)
     assert result.test_logits.shape == (200, 10)
 
     with pytest.raises(ValueError, match="val_size"):
-        experiments.train_run({**config, "val_size": 0}, device="cpu", progress=False)
+        experiment.train_run({**config, "val_size": 0}, device="cpu", progress=False)

@@ -1,4 +1,4 @@
-"""Tests of calnotes.meta: GammaNet and the meta-regularization trainer."""
+"""Tests of calnotes.training.meta: GammaNet and the meta-regularization trainer."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from calnotes.meta import GAMMA_FLOOR, GammaNet, MetaTrainer
 from calnotes.training import Trainer
+from calnotes.training.meta import GAMMA_FLOOR, GammaNet, MetaTrainer
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

@@ -1,4 +1,4 @@
-"""calnotes.methods: the training-method table, its configs and bin sweeps."""
+"""calnotes.runs.methods: the training-method table, its configs and bin sweeps."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 
 from calnotes import metrics
 from calnotes.calibrators import TemperatureScaling
-from calnotes.experiments import default_config
-from calnotes.methods import (
+from calnotes.runs.experiment import default_config
+from calnotes.runs.methods import (
     METHODS,
     TABLE_COLUMNS,
     ece_vs_bins,

@@ -298,7 +298,7 @@ def test_class_chunking_does_not_change_results(monkeypatch):
 def tm_classification():
     # torchmetrics imports torchvision; with a CPU torch next to a CUDA torchvision wheel
     # that import needs the operator schemas declared first (calnotes.data does this).
-    from calnotes.data import _import_torchvision
+    from calnotes.data.sources import _import_torchvision
 
     _import_torchvision()
     return pytest.importorskip("torchmetrics.functional.classification")

@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from calnotes import notebook
-from calnotes.experiments import default_config
-from calnotes.store import RunStore
+from calnotes.book import notebook
+from calnotes.runs.experiment import default_config
+from calnotes.runs.store import RunStore
 
 
 def test_glue_turns_scalars_into_plain_numbers(monkeypatch):

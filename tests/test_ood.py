@@ -1,4 +1,5 @@
-"""Tests for calnotes.ood."""
+"""Tests for calnotes.ood (scores, detection metrics) and the OOD image sources of
+calnotes.data."""
 
 from __future__ import annotations
 
@@ -11,20 +12,18 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
+from calnotes.data import gaussian_noise_images, load_image_folder, uniform_noise_images
 from calnotes.ood import (
     aupr_in,
     aupr_out,
     auroc,
     energy,
     fpr_at_tpr,
-    gaussian_noise_images,
-    load_image_folder,
     max_logit,
     msp,
     odin,
     odin_scores,
     ood_report,
-    uniform_noise_images,
 )
 
 torch.set_num_threads(1)

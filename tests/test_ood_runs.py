@@ -11,21 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from calnotes import data, ood, store
-from calnotes.experiments import default_config
-from calnotes.ood import (
-    OOD_FOLDER,
-    OOD_LOGITS_FILE,
-    auroc,
-    energy,
-    fpr_at_tpr,
-    msp,
-    ood_report,
-    run_ood_logits,
-    score_report,
-    trained_model,
-)
-from calnotes.store import RunStore, load_or_run
+from calnotes import data
+from calnotes.ood import auroc, energy, fpr_at_tpr, msp, ood_report, score_report
+from calnotes.runs import ood as ood_runs
+from calnotes.runs import store
+from calnotes.runs.experiment import default_config
+from calnotes.runs.ood import OOD_FOLDER, OOD_LOGITS_FILE, run_ood_logits, trained_model
+from calnotes.runs.store import RunStore, load_or_run
 from calnotes.training import predict_logits
 
 torch.set_num_threads(1)
@@ -73,7 +65,7 @@ def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(ood, "trained_model", no_model)
+    monkeypatch.setattr(ood_runs, "trained_model", no_model)
     again = run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
     assert torch.equal(again["uniform"], out["uniform"])
     # entries are keyed by the images, not by the set's name
@@ -84,7 +76,7 @@ def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch
 
 
 def _sha(images: torch.Tensor) -> str:
-    return ood._images_digest(images)
+    return ood_runs._images_digest(images)
 
 
 def test_stored_sets_are_kept_and_go_with_their_training(stored, monkeypatch) -> None:
@@ -94,13 +86,13 @@ def test_stored_sets_are_kept_and_go_with_their_training(stored, monkeypatch) ->
     assert sorted(p.name for p in (run.path / OOD_FOLDER).iterdir()
                   if not p.name.startswith(".")) == sorted(_sha(x)[:16] for x in sets.values())
     calls = []
-    real = ood.trained_model
+    real = ood_runs.trained_model
 
     def counting(*args: object, **kwargs: object):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ood, "trained_model", counting)
+    monkeypatch.setattr(ood_runs, "trained_model", counting)
     run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
     assert calls == []
     # a recomputed run is a new folder: the OOD logits of the old training are gone
@@ -147,7 +139,7 @@ def test_trained_model_retrains_without_a_checkpoint(stored, tmp_path: Path) -> 
 
 
 def test_trained_model_finds_the_scratch_store_checkpoints(tmp_path: Path) -> None:
-    # calnotes.notebook.chapter_run keeps a scratch store in <tmp>/results and its
+    # calnotes.runs.store.chapter_run keeps a scratch store in <tmp>/results and its
     # checkpoints in <tmp>/checkpoints
     run = load_or_run(CONFIG, store=RunStore(tmp_path / "results"),
                       checkpoint_root=tmp_path / "checkpoints", device="cpu", progress=False)

@@ -1,12 +1,12 @@
-"""Tests of calnotes.store (run store, load_or_run) and calnotes.experiments (configs,
-loss registry, train_run wiring). Tests with real processes: test_store_processes.py."""
+"""Tests of calnotes.runs.store (run store, load_or_run) and calnotes.runs.experiment
+(configs, loss registry, train_run wiring). Tests with real processes:
+test_store_processes.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +16,11 @@ import pytest
 import torch
 from torch import nn
 
-from calnotes import experiments, metrics, store
+from calnotes import metrics
 from calnotes._io import atomic_write, file_lock
-from calnotes.experiments import RunResult, default_config, make_loss, register_loss
-from calnotes.store import (
+from calnotes.runs import experiment, store
+from calnotes.runs.experiment import RunResult, default_config, make_loss, register_loss
+from calnotes.runs.store import (
     CorruptRun,
     OutdatedRun,
     RunNotFound,
@@ -138,13 +139,13 @@ def test_make_loss_and_registry(monkeypatch) -> None:
     with pytest.raises(ValueError, match="unknown option"):
         make_loss("ce", gamma=2.0)
 
-    monkeypatch.setattr(experiments, "_REGISTRY", dict(experiments._REGISTRY))
+    monkeypatch.setattr(experiment, "_REGISTRY", dict(experiment._REGISTRY))
 
     def double_ce(scale: float = 2.0):
         return lambda z, y: scale * nn.functional.cross_entropy(z, y)
 
     register_loss("double_ce", double_ce)
-    assert "double_ce" in experiments.available_losses()
+    assert "double_ce" in experiment.available_losses()
     assert float(make_loss("double_ce", scale=3.0)(logits, labels)) == pytest.approx(
         3 * float(ce(logits, labels)))
     # the registered factory's float default makes an int option a float
@@ -421,7 +422,7 @@ def test_outdated_runs_are_refused_and_recomputed_by_make_results(
     with pytest.raises(OutdatedRun, match=r"format 1, not 2.*make results"):
         runs.load(result.config)
 
-    monkeypatch.setattr(experiments, "train_run",
+    monkeypatch.setattr(experiment, "train_run",
                         lambda config, **kwargs: fake_result(config, seed=5, ece=0.5))
     run = load_or_run(result.config, store=runs, checkpoint_root=tmp_path / "ckpt")
     assert run.metrics["test_ece"] == 0.5  # recomputed and replaced
@@ -440,7 +441,7 @@ def counted_train_run(monkeypatch):
                       "progress": progress})
         return fake_result(config)
 
-    monkeypatch.setattr(experiments, "train_run", train_run)
+    monkeypatch.setattr(experiment, "train_run", train_run)
     return calls
 
 
@@ -577,11 +578,11 @@ def _fake_models_module() -> types.ModuleType:
 
 
 def test_train_run_wires_data_model_trainer_and_metrics(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "calnotes.data", _fake_data_module())
-    monkeypatch.setitem(sys.modules, "calnotes.models", _fake_models_module())
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
     config = {"dataset": "blobs", "model": "mlp", "model_options": {"width": 8}, "epochs": 3,
               "batch_size": 32, "val_size": 45, "lr": 0.1}
-    result = experiments.train_run(config, device="cpu", progress=False,
+    result = experiment.train_run(config, device="cpu", progress=False,
                                    checkpoint_dir=str(tmp_path / "ckpt"))
     assert result.config == default_config(**config)
     assert len(result.history) == 3 and result.history["val_acc"][-1] > 0.6
@@ -592,7 +593,7 @@ def test_train_run_wires_data_model_trainer_and_metrics(tmp_path: Path, monkeypa
     assert result.device == "cpu" and result.seconds > 0
     assert (tmp_path / "ckpt" / "last.pt").is_file()
 
-    again = experiments.train_run(config, device="cpu", progress=False)  # same seed, no resume
+    again = experiment.train_run(config, device="cpu", progress=False)  # same seed, no resume
     assert again.history.without_timing() == result.history.without_timing()
     assert torch.equal(again.test_logits, result.test_logits)
 
@@ -609,30 +610,30 @@ def test_a_checkpoint_is_resumed_only_by_its_own_config(tmp_path: Path, monkeypa
                                                         change: dict) -> None:
     # Was: a checkpoint of a run differing only in data settings was silently resumed,
     # returning the old model and history.
-    monkeypatch.setitem(sys.modules, "calnotes.data", _fake_data_module())
-    monkeypatch.setitem(sys.modules, "calnotes.models", _fake_models_module())
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
     config = {"dataset": "blobs", "model": "mlp", "epochs": 2, "batch_size": 32,
               "val_size": 45, "lr": 0.1}
     ckpt = str(tmp_path / "ckpt")
-    experiments.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
+    experiment.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
     (key, value), = change.items()
     with pytest.raises(ValueError, match=rf"different configuration.*run_config\.{key}: "
                                          rf"checkpoint .* vs now {value!r}"):
-        experiments.train_run({**config, **change}, device="cpu", progress=False,
+        experiment.train_run({**config, **change}, device="cpu", progress=False,
                               checkpoint_dir=ckpt)
-    again = experiments.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
+    again = experiment.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
     assert len(again.history) == 2  # its own config still resumes (here: is finished)
 
 
 def test_a_truncated_checkpoint_names_the_file(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "calnotes.data", _fake_data_module())
-    monkeypatch.setitem(sys.modules, "calnotes.models", _fake_models_module())
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
     config = {"dataset": "blobs", "model": "mlp", "epochs": 2, "batch_size": 32,
               "val_size": 45}
     root = tmp_path / "ckpt"
     path = root / config_hash(config) / "last.pt"
     path.parent.mkdir(parents=True)
-    experiments.train_run({**config, "epochs": 1}, device="cpu", progress=False,
+    experiment.train_run({**config, "epochs": 1}, device="cpu", progress=False,
                           checkpoint_dir=str(tmp_path / "one"))
     data = (tmp_path / "one" / "last.pt").read_bytes()
     for cut in (0, 100, len(data) // 2):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from calnotes import experiments
-from calnotes.experiments import default_config
-from calnotes.store import RunNotFound, RunStore, load_or_run
+from calnotes.runs import experiment
+from calnotes.runs.experiment import default_config
+from calnotes.runs.store import RunNotFound, RunStore, load_or_run
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
@@ -31,8 +31,8 @@ PRELUDE = textwrap.dedent(
     import os, signal, sys, time
     from pathlib import Path
     import torch
-    from calnotes import store
-    from calnotes.experiments import RunResult, default_config
+    from calnotes.runs import store
+    from calnotes.runs.experiment import RunResult, default_config
     from calnotes.training import History
 
     root, writer = Path(sys.argv[1]), int(sys.argv[2])
@@ -145,7 +145,7 @@ KILLED_TRAINING = textwrap.dedent(
     import torch
     torch.set_num_threads(int(sys.argv[4]))
     from calnotes import training
-    from calnotes.store import RunStore, load_or_run
+    from calnotes.runs.store import RunStore, load_or_run
 
     real_step = training.Trainer._train_step
     steps = []
@@ -176,7 +176,7 @@ def test_a_training_killed_mid_epoch_resumes_exactly(tmp_path: Path) -> None:
 
     resumed = load_or_run(CONFIG, store=runs, checkpoint_root=ckpt, device="cpu",
                           progress=False)
-    full = experiments.train_run(CONFIG, device="cpu", progress=False)
+    full = experiment.train_run(CONFIG, device="cpu", progress=False)
     assert resumed.history.without_timing() == full.history.without_timing()
     assert resumed.history["epoch"] == [1, 2]
     # same CPU, same thread count, same computation: identical bits (float32 stored)

@@ -1,4 +1,4 @@
-"""calnotes.sweeps: configs that differ in one key, the runner's caching, the tidy tables."""
+"""calnotes.runs.sweeps: configs that differ in one key, the runner's caching, the tidy tables."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from calnotes import sweeps
-from calnotes.experiments import default_config
-from calnotes.store import config_hash
-from calnotes.sweeps import (
+from calnotes.runs import sweeps
+from calnotes.runs.experiment import default_config
+from calnotes.runs.store import config_hash
+from calnotes.runs.sweeps import (
     Sweep,
     SweepRunner,
     describe_run,
@@ -264,7 +264,7 @@ def test_runner_rejects_bad_arguments() -> None:
 
 
 def test_default_run_fn_is_chapter_run() -> None:
-    from calnotes.notebook import chapter_run
+    from calnotes.runs.store import chapter_run
 
     assert SweepRunner("exp").run_fn is chapter_run
 

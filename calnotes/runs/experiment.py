@@ -9,7 +9,6 @@ the device does not belong to it (it changes speed, not the experiment).
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 import math
 import time
@@ -21,8 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from calnotes.meta import GammaNet, MetaTrainer
-from calnotes.training import (
+from calnotes import data, losses, models
+from calnotes.training.meta import GammaNet, MetaTrainer
+from calnotes.training.trainer import (
     EpochCallback,
     History,
     MixupTrainer,
@@ -77,7 +77,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: applied after the split and the subsets; logits then have 2 columns.
 #:
 #: ``meta``: a dict of meta-regularization options (keys of :data:`META_OPTIONS`, all
-#: optional) trains with :class:`calnotes.meta.MetaTrainer`: a per-sample focal loss whose
+#: optional) trains with :class:`calnotes.training.meta.MetaTrainer`: a per-sample focal loss whose
 #: gamma a gamma-Net learns (FLgamma-SECE, or FLgamma-DECE with ``{"outer": "dece"}``).
 #: Such a run needs ``loss="focal"`` without options (gamma is learned, not set).
 OPTIONAL_CONFIG: dict[str, Any] = {
@@ -260,14 +260,8 @@ _REGISTRY: dict[str, LossFactory] = {"ce": _cross_entropy}
 
 
 def _library_losses() -> Mapping[str, LossFactory]:
-    """Losses that ``calnotes.losses`` defines (empty if that module is absent)."""
-    try:
-        losses = importlib.import_module("calnotes.losses")
-    except ModuleNotFoundError as err:
-        if err.name != "calnotes.losses":
-            raise
-        return {}
-    return getattr(losses, "LOSSES", {})
+    """Losses that ``calnotes.losses`` defines."""
+    return losses.LOSSES
 
 
 def available_losses() -> list[str]:
@@ -312,7 +306,6 @@ def make_loss(name: str, **options: Any) -> Callable[[torch.Tensor, torch.Tensor
         return factory(**options)
     library = _library_losses()
     if name in library:
-        losses = importlib.import_module("calnotes.losses")
         return losses.make_loss(name, **options)
     if name in TRAINER_LOSSES:
         raise ValueError(f"loss {name!r} changes the training step, not just the loss: "
@@ -374,8 +367,6 @@ def train_run(
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict, got {type(config).__name__}")
     cfg = default_config(**config)
-    data = importlib.import_module("calnotes.data")
-    models = importlib.import_module("calnotes.models")
     dev = select_device(device)
     seed_everything(cfg["seed"])
 
@@ -428,7 +419,7 @@ def make_trainer(
     progress: bool = True,
     epoch_callback: EpochCallback | None = None,
 ) -> Trainer:
-    """The trainer a config asks for: :class:`~calnotes.meta.MetaTrainer` with a ``meta``
+    """The trainer a config asks for: :class:`~calnotes.training.meta.MetaTrainer` with a ``meta``
     key, :class:`~calnotes.training.MixupTrainer` for ``loss="mixup"`` (option ``alpha``),
     otherwise :class:`~calnotes.training.Trainer` with :func:`make_loss`."""
     cfg = default_config(**config)

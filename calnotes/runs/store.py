@@ -18,7 +18,7 @@ match its SHA-256 and ``config.json`` must hash to the folder's name; otherwise
 :class:`CorruptRun` (or :class:`OutdatedRun`) names the path and says what to do.
 
 The config hash is ``sha256(canonical JSON)[:12]`` of the config completed and made
-canonical by :func:`calnotes.experiments.default_config`; canonical JSON has sorted keys
+canonical by :func:`calnotes.runs.experiment.default_config`; canonical JSON has sorted keys
 and no whitespace. The device is not part of a config.
 """
 
@@ -35,6 +35,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -48,9 +49,9 @@ import pandas as pd
 import torch
 
 import calnotes
-from calnotes import experiments
 from calnotes._io import file_lock, fsync_dir
-from calnotes.experiments import RunResult
+from calnotes.runs import experiment as experiments
+from calnotes.runs.experiment import RunResult
 from calnotes.training import History
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "RunNotFound",
     "RunStore",
     "StoredRun",
+    "chapter_run",
     "config_hash",
     "default_checkpoint_root",
     "default_results_root",
@@ -100,7 +102,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
     """First 12 hex digits of ``sha256`` of the canonical JSON of the full config.
 
     The config is completed and made canonical by
-    :func:`calnotes.experiments.default_config` first (``weight_decay=0`` and ``0.0`` are one
+    :func:`calnotes.runs.experiment.default_config` first (``weight_decay=0`` and ``0.0`` are one
     run; unknown keys and wrong types are errors). Canonical JSON: sorted keys, separators
     ``","`` and ``":"``, no NaN.
     """
@@ -544,7 +546,7 @@ def load_or_run(
     """Load the stored run of ``config`` (missing keys take their defaults), or train it.
 
     When the run is not stored (or stored in an older format) and ``compute`` is true, it
-    is trained by :func:`calnotes.experiments.train_run` with checkpoints in
+    is trained by :func:`calnotes.runs.experiment.train_run` with checkpoints in
     ``checkpoint_root/<config hash>`` (so a killed run resumes), saved with ``label`` in
     its provenance, and loaded back. One process trains a config at a time: a second one
     waits ``lock_timeout`` seconds on ``checkpoint_root/<config hash>.lock``, then raises
@@ -586,3 +588,22 @@ def load_or_run(
         )
         store.save(result, label=label, lock_timeout=lock_timeout)
     return store.load(cfg)
+
+
+def chapter_run(
+    config: dict[str, Any], *, label: str | None = None, use_store: bool, smoke: bool,
+    device: str | torch.device = "auto", progress: bool = False,
+) -> StoredRun:
+    """Load a run from ``results/`` (keyed by its config alone), or compute and store it.
+
+    ``label`` (the chapter) is recorded in the provenance of a run this call stores.
+    SMOKE runs and ``USE_STORE=False`` use a fresh temporary store and checkpoint folder,
+    so they always recompute and never touch the stored results. The per-batch progress
+    bar is off by default: in an executed notebook every update would become output.
+    """
+    if use_store and not smoke:
+        return load_or_run(config, label=label, device=device, progress=progress)
+    scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
+    return load_or_run(config, label=label, store=RunStore(scratch / "results"),
+                       checkpoint_root=scratch / "checkpoints", device=device,
+                       progress=progress)

@@ -34,6 +34,7 @@ from calnotes._checks import (
     check_nonnegative_float,
     check_positive_float,
     check_positive_int,
+    model_device,
 )
 from calnotes._io import atomic_write
 from calnotes.losses import MixupLoss, mixup_batch
@@ -220,14 +221,6 @@ def _iter_batches(loader: Iterable, name: str) -> Iterator[tuple[torch.Tensor, t
         yield x, y
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for param in model.parameters():
-        return param.device
-    for buffer in model.buffers():
-        return buffer.device
-    return torch.device("cpu")
-
-
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``model`` in eval mode inside the block; its previous train/eval mode afterwards."""
@@ -277,7 +270,7 @@ def predict_logits(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    dev = _model_device(model) if device is None else select_device(device)
+    dev = model_device(model) if device is None else select_device(device)
     with eval_mode(model):
         logits, labels = _collect_logits(model, loader, dev)
     if logits.ndim != 2:
@@ -351,7 +344,7 @@ class Trainer:
     ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
     ``amp`` (bfloat16 autocast) and ``channels_last`` apply on CUDA only; on other devices
     they are ignored with a warning. ``run_config`` (e.g. a
-    :func:`calnotes.experiments.default_config`) describes the whole run, data included: a
+    :func:`calnotes.runs.experiment.default_config`) describes the whole run, data included: a
     checkpoint is resumed only by a trainer of the same ``run_config``.
     """
 

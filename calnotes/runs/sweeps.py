@@ -11,7 +11,7 @@ training curves. :class:`SweepRunner` does the bookkeeping::
     depth.table()       # one row per run: depth, test error, ECE, NLL, confidence, ...
     depth.histories()   # one row per (run, epoch): train/validation curves
 
-Runs go through :func:`calnotes.notebook.chapter_run` (stored runs are loaded, missing ones
+Runs go through :func:`calnotes.runs.store.chapter_run` (stored runs are loaded, missing ones
 trained and stored), and the runner trains each distinct config once: sweeps that share a
 run (the base config is usually in every sweep) reuse it, also in SMOKE mode where
 nothing is stored.
@@ -28,8 +28,8 @@ import pandas as pd
 import torch
 
 from calnotes import metrics
-from calnotes.experiments import default_config
-from calnotes.store import config_hash
+from calnotes.runs.experiment import default_config
+from calnotes.runs.store import chapter_run, config_hash
 
 __all__ = ["Sweep", "SweepRunner", "describe_run", "get_key", "nll_overfitting", "set_key", "vary"]
 
@@ -53,7 +53,7 @@ def set_key(config: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
 
     ``key`` is a config key (``"weight_decay"``) or a dotted path into a nested dict
     (``"model_options.width"``); missing nested dicts are created. The top-level key must
-    be a config key (see :data:`calnotes.experiments.DEFAULT_CONFIG`), else ``ValueError``.
+    be a config key (see :data:`calnotes.runs.experiment.DEFAULT_CONFIG`), else ``ValueError``.
     """
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict, got {type(config).__name__}")
@@ -101,7 +101,7 @@ def _final(history: Any, key: str) -> float:
 
 
 def describe_run(run: Any) -> dict[str, Any]:
-    """One flat row describing a run (a :class:`~calnotes.store.StoredRun` or alike).
+    """One flat row describing a run (a :class:`~calnotes.runs.store.StoredRun` or alike).
 
     Keys: ``model``, ``model_options`` (as ``"k=v, ..."``, empty for the defaults),
     ``weight_decay``, ``schedule``, ``epochs``, ``train_subset``; ``test_<m>`` for ``m`` in
@@ -227,9 +227,9 @@ class SweepRunner:
     """Trains (or loads) runs, each distinct config once.
 
     ``label`` (e.g. the chapter), ``use_store``, ``smoke`` and ``device`` are passed to
-    ``run_fn`` (default :func:`calnotes.notebook.chapter_run`), called as
+    ``run_fn`` (default :func:`calnotes.runs.store.chapter_run`), called as
     ``run_fn(config, label=..., use_store=..., smoke=..., device=...)``. Configs are
-    completed with their defaults and identified by :func:`calnotes.store.config_hash`.
+    completed with their defaults and identified by :func:`calnotes.runs.store.config_hash`.
     """
 
     def __init__(
@@ -247,8 +247,6 @@ class SweepRunner:
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
         if run_fn is None:
-            from calnotes.notebook import chapter_run
-
             run_fn = chapter_run
         if not callable(run_fn):
             raise TypeError(f"run_fn must be callable, got {type(run_fn).__name__}")

@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from . import metrics
-from ._checks import ArrayLike, check_positive_int
-from .experiments import default_config
+from calnotes import metrics
+from calnotes._checks import ArrayLike, check_positive_int
+from calnotes.runs.experiment import default_config
 
 __all__ = [
     "METHODS",
@@ -76,7 +76,7 @@ def temperature_scaled(
     val_logits: ArrayLike, val_labels: ArrayLike, test_logits: ArrayLike
 ) -> tuple[ArrayLike, float]:
     """``(softmax(test_logits / T), T)`` with ``T`` fitted by NLL on the validation split."""
-    from .calibrators import TemperatureScaling
+    from calnotes.calibrators import TemperatureScaling
 
     scaler = TemperatureScaling().fit(val_logits, val_labels)
     return scaler.predict_proba(test_logits), float(scaler.temperature_)

@@ -56,7 +56,7 @@ from calnotes._checks import (
 )
 from calnotes.losses import _dece, focal_loss
 from calnotes.metrics import sece
-from calnotes.training import (
+from calnotes.training.trainer import (
     VAL_ECE_BINS,
     History,
     Trainer,

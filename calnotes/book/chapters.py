@@ -4,7 +4,7 @@ Chapters are MyST-markdown notebooks (``book/NN_slug.md``). Papermill cannot rea
 directly, so each is converted with jupytext first; the cell tagged ``parameters`` holds
 literals only, which lets us check the parameters a user passes before anything runs.
 
-Command line (``python -m calnotes.chapters ...``)::
+Command line (``python -m calnotes.book ...``)::
 
     list                                    chapters and their parameters
     run CHAPTER [-p NAME VALUE ...]         execute one chapter into _build/runs/
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BOOK_DIR = REPO_ROOT / "book"
 
 
@@ -134,7 +134,7 @@ def _collect(pairs: list[list[str]] | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calnotes.chapters", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m calnotes.book", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _results(parameters: dict[str, Any]) -> int:
     """Execute every chapter at default scale so its stored runs exist, then summarize."""
-    from .store import RunStore
+    from calnotes.runs.store import RunStore
 
     for path in chapter_paths():
         defaults = parameters_of(read_chapter(path))
@@ -185,7 +185,3 @@ def _results(parameters: dict[str, Any]) -> int:
         print(f"   done in {time.perf_counter() - start:.0f} s", flush=True)
     print(RunStore().summary().to_string(index=False))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Command line: ``python -m calnotes.data fetch NAME... | info``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from calnotes.data.sources import (
+    _TV_FILES,
+    DATA_ENV,
+    DATASETS,
+    IDX_FILES,
+    SHA256,
+    ChecksumError,
+    DatasetUnavailableError,
+    _sha256,
+    data_root,
+    fetch_dataset,
+)
+
+
+def _status(name: str, base: Path) -> str:
+    if name == "digits":
+        return "bundled with scikit-learn"
+    if name in SHA256:
+        folder = base / name
+        present = [f for f in IDX_FILES if (folder / f).is_file()]
+        if not present:
+            return "not cached"
+        if len(present) < len(IDX_FILES):
+            return f"incomplete ({len(present)}/{len(IDX_FILES)} files) in {folder}"
+        bad = [f for f in IDX_FILES if _sha256((folder / f).read_bytes()) != SHA256[name][f]]
+        if bad:
+            return f"CHECKSUM MISMATCH for {', '.join(bad)} in {folder}"
+        return f"cached, verified, in {folder}"
+    subdir, files = _TV_FILES[name]
+    folder = base / subdir
+    n = sum((folder / f).is_file() for f in files)
+    if n == 0:
+        return "not cached"
+    return f"cached in {folder}" if n == len(files) else f"incomplete ({n}/{len(files)} files)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m calnotes.data", description="Fetch and inspect calnotes datasets."
+    )
+    parser.add_argument("--root", default=None, help=f"data root (default: ${DATA_ENV} or cache)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_fetch = sub.add_parser("fetch", help="fetch and verify datasets into the data root")
+    p_fetch.add_argument("names", nargs="+", choices=DATASETS)
+    sub.add_parser("info", help="show what is cached")
+    args = parser.parse_args(argv)
+    base = data_root(args.root)
+    if args.command == "info":
+        print(f"data root: {base}")
+        for name in DATASETS:
+            print(f"  {name:14s} {_status(name, base)}")
+        return 0
+    status = 0
+    for name in args.names:
+        try:
+            where = fetch_dataset(name, base)
+        except (DatasetUnavailableError, ChecksumError) as exc:
+            print(f"{name}: FAILED\n{exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{name}: ready in {where}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
