@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 #: Rows of ``probs`` must sum to 1 within this absolute tolerance. Loose enough for
-#: float16-stored logits pushed through a float32 softmax, tight enough to catch
+#: float16 logits pushed through a float32 softmax, tight enough to catch
 #: unnormalized scores or logits passed by mistake.
 PROB_SUM_ATOL = 1e-3
 

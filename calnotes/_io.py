@@ -1,11 +1,29 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a partial one."""
+"""Atomic file writes and an exclusive file lock.
+
+:func:`atomic_write`: a reader sees the old file or the new one, never a partial one.
+:func:`file_lock`: an exclusive ``fcntl.flock`` on a lock file (Linux/POSIX); the kernel
+releases it when its holder exits, also when the holder is killed.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (names created, renamed or removed in it) to disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
@@ -24,3 +42,40 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike, *, timeout: float, what: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) inside the block.
+
+    Waits up to ``timeout`` seconds (0: a single try) and then raises ``TimeoutError``
+    naming the lock file and ``what`` the holder is doing. The lock file is left in place:
+    removing it would let two processes lock two different files of the same name.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"gave up after {timeout:g} s waiting for the lock {path}: another "
+                        f"process is {what}. Wait for it to finish and try again (a lock "
+                        "is released as soon as its process exits, even if it was killed)."
+                    ) from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

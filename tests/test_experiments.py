@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -45,6 +47,58 @@ def test_positive_class_validation(value, error) -> None:
         default_config(positive_class=value)
 
 
+# --------------------------------------------------------------------------- canonical values
+
+
+def test_values_are_made_canonical_by_the_schema() -> None:
+    # Was: `-p WEIGHT_DECAY 0` kept an int, which hashed unlike 0.0 and missed the stored run.
+    cfg = default_config(weight_decay=0, lr=1, momentum=np.float32(0.5), epochs=np.int64(3),
+                         augment=np.bool_(True), train_subset=np.int32(100))
+    assert cfg == default_config(weight_decay=0.0, lr=1.0, momentum=0.5, epochs=3,
+                                 augment=True, train_subset=100)
+    for key, kind in (("weight_decay", float), ("lr", float), ("momentum", float),
+                      ("epochs", int), ("augment", bool), ("train_subset", int)):
+        assert type(cfg[key]) is kind, key
+    assert set(experiment.CONFIG_TYPES) == set(DEFAULT_CONFIG) | set(OPTIONAL_CONFIG)
+    assert json.dumps(cfg)  # plain JSON, no NumPy scalars
+    assert default_config(**cfg) == cfg
+
+
+def test_val_size_keeps_int_and_fraction_apart() -> None:
+    assert type(default_config(val_size=5000)["val_size"]) is int
+    assert default_config(val_size=0.2)["val_size"] == 0.2  # a fraction, not 0 images
+    assert default_config(val_size=None)["val_size"] is None
+
+
+def test_loss_and_meta_options_are_canonical() -> None:
+    assert default_config(loss="logitnorm", loss_options={"tau": 1})["loss_options"] == {
+        "tau": 1.0}
+    assert type(default_config(loss="focal", loss_options={"gamma": 2})["loss_options"][
+        "gamma"]) is float
+    assert type(default_config(loss="mixup", loss_options={"alpha": 1})["loss_options"][
+        "alpha"]) is float
+    meta = default_config(loss="focal", meta={"meta_lr": 1, "heads": np.int64(4)})["meta"]
+    assert type(meta["meta_lr"]) is float and type(meta["heads"]) is int
+    assert default_config(model_options={"widths": (8, 16)})["model_options"] == {
+        "widths": [8, 16]}
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"epochs": 3.0}, r"config\['epochs'\] must be int, got float"),
+    ({"epochs": True}, r"config\['epochs'\] must be int, got bool"),
+    ({"augment": 1}, r"config\['augment'\] must be bool"),
+    ({"lr": "0.1"}, r"config\['lr'\] must be float"),
+    ({"train_subset": 10.5}, r"config\['train_subset'\] must be int or None"),
+    ({"model": None}, r"config\['model'\] must be str"),
+    ({"model_options": {"width": object()}}, r"model_options'\]\['width'\]"),
+    ({"model_options": {1: 2}}, "str keys"),
+    ({"loss": "focal", "meta": {"heads": 2.0}}, r"config\['meta'\]\['heads'\] must be int"),
+])
+def test_wrong_types_are_errors(overrides, match) -> None:
+    with pytest.raises(TypeError, match=match):
+        default_config(**overrides)
+
+
 def test_unknown_key_lists_optional_keys() -> None:
     with pytest.raises(ValueError, match="valid keys are .*positive_class"):
         default_config(positve_class=9)
@@ -62,7 +116,7 @@ def test_train_run_with_positive_class_is_binary(tmp_path: Path) -> None:
     assert 0 < int(result.test_labels.sum()) < 200
 
     store = RunStore(tmp_path / "results")
-    stored = load_or_run("exp", config, store=store, checkpoint_root=tmp_path / "ckpt",
+    stored = load_or_run(config, store=store, checkpoint_root=tmp_path / "ckpt",
                          device="cpu", progress=False)
     assert stored.config == default_config(**config)
     assert stored.path.name == config_hash(default_config(**config))

@@ -29,9 +29,10 @@ def test_smoke_runs_never_touch_the_stored_results(tmp_path, monkeypatch):
     monkeypatch.setenv("CALNOTES_RESULTS", str(tmp_path / "results"))
     config = default_config(dataset="digits", model="lenet5", epochs=1, batch_size=64,
                             val_size=None)
-    run = notebook.chapter_run("nb_test", config, use_store=True, smoke=True, device="cpu")
-    assert run.test_logits.shape[1] == 10
-    assert not RunStore().exists("nb_test", config)
+    run = notebook.chapter_run(config, label="nb_test", use_store=True, smoke=True,
+                               device="cpu")
+    assert run.test_logits.shape[1] == 10 and run.label == "nb_test"
+    assert not RunStore().exists(config)
     assert "results" in str(run.path) and str(tmp_path) not in str(run.path)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,9 @@ import torch
 from calnotes import data
 from calnotes.ood import auroc, energy, fpr_at_tpr, msp, ood_report, score_report
 from calnotes.runs import ood as ood_runs
+from calnotes.runs import store
 from calnotes.runs.experiment import default_config
-from calnotes.runs.ood import OOD_LOGITS_FILE, run_ood_logits, trained_model
+from calnotes.runs.ood import OOD_FOLDER, OOD_LOGITS_FILE, run_ood_logits, trained_model
 from calnotes.runs.store import RunStore, load_or_run
 from calnotes.training import predict_logits
 
@@ -26,8 +29,8 @@ CONFIG = default_config(dataset="digits", model="lenet5", epochs=1, lr=0.05, see
 
 @pytest.fixture
 def stored(tmp_path: Path):
-    store = RunStore(tmp_path / "results")
-    run = load_or_run("t", CONFIG, store=store, checkpoint_root=tmp_path / "ckpt",
+    runs = RunStore(tmp_path / "results")
+    run = load_or_run(CONFIG, store=runs, checkpoint_root=tmp_path / "ckpt",
                       device="cpu", progress=False)
     splits = data.load_dataset("digits", seed=0, val_size=300, train_subset=200,
                                 test_subset=100)
@@ -49,9 +52,15 @@ def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch
     assert out["gaussian"].shape == (30, 10) and out["gaussian"].dtype == torch.float32
     model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
     for name, x in sets.items():
-        # float16 storage, like the run store's logits
-        torch.testing.assert_close(out[name], _expected(model, splits, x), rtol=1e-3, atol=1e-3)
-    assert (run.path / OOD_LOGITS_FILE).is_file()
+        # float32 storage; _expected uses batches of 7, not 1000: float32 sums are
+        # reordered, so equal to float32 rounding of logits of size ~10
+        torch.testing.assert_close(out[name], _expected(model, splits, x), rtol=1e-5, atol=1e-5)
+        entry = run.path / OOD_FOLDER / _sha(x)[:16]
+        manifest = json.loads((entry / store.MANIFEST).read_text())
+        assert manifest["format"] == store.FORMAT and manifest["kind"] == "ood_logits"
+        assert manifest["images_sha256"] == _sha(x)
+        with np.load(entry / OOD_LOGITS_FILE) as npz:
+            assert npz["logits"].dtype == np.float32
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have been used")
@@ -59,16 +68,23 @@ def test_run_ood_logits_are_the_models_logits_and_are_cached(stored, monkeypatch
     monkeypatch.setattr(ood_runs, "trained_model", no_model)
     again = run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
     assert torch.equal(again["uniform"], out["uniform"])
-    with pytest.raises(AssertionError, match="cache"):  # other images: not cached
-        run_ood_logits(run, {"uniform": sets["gaussian"]}, checkpoint_root=ckpt)
+    # entries are keyed by the images, not by the set's name
+    renamed = run_ood_logits(run, {"noise": sets["gaussian"]}, checkpoint_root=ckpt)
+    assert torch.equal(renamed["noise"], out["gaussian"])
+    with pytest.raises(AssertionError, match="cache"):  # other images: not stored
+        run_ood_logits(run, {"uniform": sets["uniform"][:10]}, checkpoint_root=ckpt)
 
 
-def test_cache_keeps_other_sets_and_is_tied_to_one_training(stored, monkeypatch) -> None:
+def _sha(images: torch.Tensor) -> str:
+    return ood_runs._images_digest(images)
+
+
+def test_stored_sets_are_kept_and_go_with_their_training(stored, monkeypatch) -> None:
     run, sets, ckpt, _ = stored
     run_ood_logits(run, {"gaussian": sets["gaussian"]}, device="cpu", checkpoint_root=ckpt)
     run_ood_logits(run, {"uniform": sets["uniform"]}, device="cpu", checkpoint_root=ckpt)
-    with np.load(run.path / OOD_LOGITS_FILE) as npz:
-        assert sorted(npz["names"].tolist()) == ["gaussian", "uniform"]
+    assert sorted(p.name for p in (run.path / OOD_FOLDER).iterdir()
+                  if not p.name.startswith(".")) == sorted(_sha(x)[:16] for x in sets.values())
     calls = []
     real = ood_runs.trained_model
 
@@ -79,9 +95,35 @@ def test_cache_keeps_other_sets_and_is_tied_to_one_training(stored, monkeypatch)
     monkeypatch.setattr(ood_runs, "trained_model", counting)
     run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
     assert calls == []
-    run.provenance["date_utc"] = "2000-01-01T00:00:00+00:00"  # as if retrained
-    run_ood_logits(run, sets, device="cpu", checkpoint_root=ckpt)
+    # a recomputed run is a new folder: the OOD logits of the old training are gone
+    runs = RunStore(run.path.parent)
+    shutil.rmtree(run.path)
+    shutil.rmtree(ckpt)
+    again = load_or_run(CONFIG, store=runs, checkpoint_root=ckpt, device="cpu", progress=False)
+    run_ood_logits(again, sets, device="cpu", checkpoint_root=ckpt)
     assert calls == [1]
+
+
+def test_a_damaged_ood_entry_is_refused_naming_the_file(stored) -> None:
+    run, sets, ckpt, _ = stored
+    x = sets["uniform"]
+    first = run_ood_logits(run, {"u": x}, device="cpu", checkpoint_root=ckpt)["u"]
+    entry = run.path / OOD_FOLDER / _sha(x)[:16]
+    path = entry / OOD_LOGITS_FILE
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(store.CorruptRun, match=rf"{path} does not match the SHA-256.*delete"):
+        run_ood_logits(run, {"u": x}, device="cpu", checkpoint_root=ckpt)
+    manifest = json.loads((entry / store.MANIFEST).read_text())  # checksum of the cut file
+    manifest["files"][OOD_LOGITS_FILE] = hashlib.sha256(data[: len(data) // 2]).hexdigest()
+    (entry / store.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(store.CorruptRun, match=rf"{path} is not a readable \.npz"):
+        run_ood_logits(run, {"u": x}, device="cpu", checkpoint_root=ckpt)
+    # an entry of an older format is recomputed and replaced
+    (entry / store.MANIFEST).write_text(json.dumps({**manifest, "format": 1}))
+    again = run_ood_logits(run, {"u": x}, device="cpu", checkpoint_root=ckpt)["u"]
+    assert torch.equal(again, first)  # same model, same batches: same bits
+    assert json.loads((entry / store.MANIFEST).read_text())["format"] == store.FORMAT
 
 
 def test_trained_model_retrains_without_a_checkpoint(stored, tmp_path: Path) -> None:
@@ -99,7 +141,7 @@ def test_trained_model_retrains_without_a_checkpoint(stored, tmp_path: Path) -> 
 def test_trained_model_finds_the_scratch_store_checkpoints(tmp_path: Path) -> None:
     # calnotes.runs.store.chapter_run keeps a scratch store in <tmp>/results and its
     # checkpoints in <tmp>/checkpoints
-    run = load_or_run("t", CONFIG, store=RunStore(tmp_path / "results"),
+    run = load_or_run(CONFIG, store=RunStore(tmp_path / "results"),
                       checkpoint_root=tmp_path / "checkpoints", device="cpu", progress=False)
     model, _ = trained_model(run, device="cpu", retrain=False)
     assert isinstance(model, torch.nn.Module) and not model.training
@@ -121,11 +163,19 @@ def test_trained_model_skips_a_checkpoint_of_another_training(stored) -> None:
     torch.save(state, path)
     with pytest.raises(RuntimeError, match="unfinished"):
         trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
+    state["epoch"] = CONFIG["epochs"]  # nor one written for another config
+    state["fingerprint"]["run_config"]["batch_size"] = 32
+    torch.save(state, path)
+    with pytest.raises(RuntimeError, match="another config"):
+        trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
+    path.write_bytes(path.read_bytes()[:100])  # a damaged one is named
+    with pytest.raises(ValueError, match=rf"checkpoint {path} cannot be read"):
+        trained_model(run, device="cpu", checkpoint_root=ckpt, retrain=False)
 
 
 def test_binary_runs_get_two_logits(tmp_path: Path) -> None:
     config = default_config(**(CONFIG | {"positive_class": 9}))
-    run = load_or_run("t", config, store=RunStore(tmp_path / "results"),
+    run = load_or_run(config, store=RunStore(tmp_path / "results"),
                       checkpoint_root=tmp_path / "ckpt", device="cpu", progress=False)
     splits = data.load_dataset("digits", seed=0, val_size=300, train_subset=200,
                                test_subset=100)

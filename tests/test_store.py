@@ -1,5 +1,6 @@
-"""Tests of calnotes.runs.store (run store, load_or_run) and calnotes.runs.experiment (configs,
-loss registry, train_run wiring)."""
+"""Tests of calnotes.runs.store (run store, load_or_run) and calnotes.runs.experiment
+(configs, loss registry, train_run wiring). Tests with real processes:
+test_store_processes.py."""
 
 from __future__ import annotations
 
@@ -15,20 +16,31 @@ import pytest
 import torch
 from torch import nn
 
+from calnotes import metrics
+from calnotes._io import atomic_write, file_lock
 from calnotes.runs import experiment, store
 from calnotes.runs.experiment import RunResult, default_config, make_loss, register_loss
-from calnotes.runs.store import RunNotFound, RunStore, StoredRun, config_hash, load_or_run
+from calnotes.runs.store import (
+    CorruptRun,
+    OutdatedRun,
+    RunNotFound,
+    RunStore,
+    StoredRun,
+    config_hash,
+    load_or_run,
+)
 from calnotes.training import History
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 PROVENANCE_KEYS = {
-    "experiment", "config_hash", "calnotes_version", "git_commit", "python", "torch",
+    "label", "config_hash", "calnotes_version", "git_commit", "python", "torch",
     "numpy", "platform", "device", "seconds", "date_utc",
 }
 
 
-def fake_result(config: dict | None = None, seed: int = 0, with_val: bool = True) -> RunResult:
+def fake_result(config: dict | None = None, seed: int = 0, with_val: bool = True,
+                ece: float = 0.125) -> RunResult:
     gen = torch.Generator().manual_seed(seed)
     history = History()
     for epoch in (1, 2):
@@ -41,7 +53,7 @@ def fake_result(config: dict | None = None, seed: int = 0, with_val: bool = True
         val_labels=torch.randint(0, 4, (30,), generator=gen) if with_val else None,
         test_logits=10 * torch.randn(40, 4, generator=gen),
         test_labels=torch.randint(0, 4, (40,), generator=gen),
-        metrics={"test_ece": 0.125, "test_error": 0.5, "val_ece": 0.25},
+        metrics={"test_ece": ece, "test_error": 0.5, "val_ece": 0.25},
         seconds=123.4,
         device="cpu",
     )
@@ -51,28 +63,41 @@ def fake_result(config: dict | None = None, seed: int = 0, with_val: bool = True
 
 
 def test_config_hash_is_stable_canonical_and_order_independent() -> None:
-    config = {"b": [1, 2], "a": {"y": 0.5, "x": None}}
-    canonical = '{"a":{"x":null,"y":0.5},"b":[1,2]}'
+    config = default_config(model_options={"width": 8, "batch_norm": True}, epochs=3)
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     assert config_hash(config) == hashlib.sha256(canonical.encode()).hexdigest()[:12]
     assert config_hash(config) == config_hash(dict(reversed(config.items())))
-    assert config_hash({"a": {"x": None, "y": 0.5}, "b": (1, 2)}) == config_hash(config)
     assert len(config_hash(config)) == 12
     assert config_hash({"lr": 0.1}) != config_hash({"lr": 0.10000001})
-    assert config_hash(default_config()) == config_hash(default_config(epochs=10))
+    # missing keys take their defaults: a partial config and the full one are one run
+    assert config_hash({}) == config_hash(default_config()) == config_hash({"epochs": 10})
     assert config_hash(default_config()) != config_hash(default_config(epochs=11))
 
 
 def test_config_hash_pinned_value() -> None:
     # changing the canonical form would orphan every stored run: pin one value
-    assert config_hash({"a": 1}) == hashlib.sha256(b'{"a":1}').hexdigest()[:12] == "015abd7f5cc5"
+    assert config_hash(default_config()) == "eaa53330a95f"
+
+
+def test_config_hash_is_one_identity_per_run() -> None:
+    # an int where the schema says float is the same run (was: another hash, a retrain)
+    assert config_hash({"weight_decay": 0}) == config_hash({"weight_decay": 0.0})
+    assert config_hash({"lr": 1}) == config_hash({"lr": 1.0})
+    assert config_hash({"epochs": np.int64(3)}) == config_hash({"epochs": 3})
+    assert config_hash({"loss": "logitnorm", "loss_options": {"tau": 1}}) == config_hash(
+        {"loss": "logitnorm", "loss_options": {"tau": 1.0}})
 
 
 def test_config_hash_rejects_bad_configs() -> None:
     with pytest.raises(TypeError, match="config"):
         config_hash([("a", 1)])
-    with pytest.raises(TypeError, match="JSON"):
-        config_hash({"a": object()})
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="unknown config key"):
+        config_hash({"a": 1})  # was hashed as if it were a run
+    with pytest.raises(TypeError, match=r"config\['epochs'\] must be int"):
+        config_hash({"epochs": 3.0})
+    with pytest.raises(TypeError, match="model_options"):
+        config_hash({"model_options": {"a": object()}})
+    with pytest.raises(ValueError, match="finite"):
         config_hash({"lr": float("nan")})
     with pytest.raises(ValueError, match="device"):
         config_hash({"device": "cuda"})
@@ -123,6 +148,9 @@ def test_make_loss_and_registry(monkeypatch) -> None:
     assert "double_ce" in experiment.available_losses()
     assert float(make_loss("double_ce", scale=3.0)(logits, labels)) == pytest.approx(
         3 * float(ce(logits, labels)))
+    # the registered factory's float default makes an int option a float
+    assert default_config(loss="double_ce", loss_options={"scale": 3})["loss_options"] == {
+        "scale": 3.0}
     with pytest.raises(ValueError, match="already registered"):
         register_loss("ce", double_ce)
     register_loss("ce", double_ce, overwrite=True)
@@ -136,31 +164,53 @@ def test_make_loss_and_registry(monkeypatch) -> None:
 def test_save_load_round_trip(tmp_path: Path) -> None:
     runs = RunStore(tmp_path)
     result = fake_result({"epochs": 2})
-    folder = runs.save("exp1", result)
-    assert folder == tmp_path / "exp1" / config_hash(result.config)
-    assert sorted(p.name for p in folder.iterdir()) == sorted([*store.FILES, store.DONE])
-    assert runs.exists("exp1", result.config)
-    assert not runs.exists("exp1", default_config())
-    assert not runs.exists("exp2", result.config)
+    folder = runs.save(result, label="exp1")
+    assert folder == tmp_path / config_hash(result.config)  # keyed by the config alone
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*store.FILES, store.MANIFEST])
+    assert runs.exists(result.config)
+    assert not runs.exists(default_config())
 
+    manifest = json.loads((folder / store.MANIFEST).read_text())
+    assert manifest["format"] == store.FORMAT == 2 and manifest["kind"] == "run"
+    assert manifest["config_hash"] == folder.name
+    assert manifest["files"] == {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in store.FILES}
     with np.load(folder / "predictions.npz") as npz:
-        assert npz["test_logits"].dtype == np.float16
-        assert npz["test_labels"].dtype == np.int16
+        assert npz["test_logits"].dtype == np.float32
+        assert npz["test_labels"].dtype == np.int64
 
-    run = runs.load("exp1", result.config)
+    run = runs.load(result.config)
     assert isinstance(run, StoredRun)
+    assert run.label == "exp1" and run.provenance["label"] == "exp1"
     assert run.config == result.config
     assert run.history == result.history
     assert run.metrics == result.metrics
     for name in ("val", "test"):
         logits, labels = getattr(run, f"{name}_logits"), getattr(run, f"{name}_labels")
         assert logits.dtype == torch.float32 and labels.dtype == torch.int64
-        # float16 keeps 11 significant bits: relative error <= 2^-11
-        torch.testing.assert_close(logits, getattr(result, f"{name}_logits"), rtol=1e-3,
-                                   atol=1e-3)
+        # float32 in, float32 stored: the very numbers (float16 rounded them)
+        assert torch.equal(logits, getattr(result, f"{name}_logits"))
         assert torch.equal(labels, getattr(result, f"{name}_labels"))
-    assert runs.list("exp1") == [result.config]
-    assert runs.list("never") == []
+    assert runs.list() == [result.config]
+    assert RunStore(tmp_path / "never").list() == []
+
+
+def test_float32_storage_keeps_published_numbers(tmp_path: Path) -> None:
+    # Logits whose float16 rounding moves the ECE: what the store gives back must give
+    # the metrics of the logits the model produced (same function, same inputs: equal).
+    gen = torch.Generator().manual_seed(3)
+    result = fake_result()
+    result.test_logits = 3 * torch.randn(2000, 10, generator=gen) + 0.01
+    result.test_labels = torch.randint(0, 10, (2000,), generator=gen)
+    runs = RunStore(tmp_path)
+    runs.save(result)
+    run = runs.load(result.config)
+    expected = metrics.ece(torch.softmax(result.test_logits, 1), result.test_labels)
+    stored = metrics.ece(torch.softmax(run.test_logits, 1), run.test_labels)
+    assert stored == expected
+    rounded = metrics.ece(torch.softmax(result.test_logits.half().float(), 1),
+                          result.test_labels)
+    assert rounded != expected  # the test would catch float16 storage
 
 
 def test_save_accepts_numpy_and_missing_val(tmp_path: Path) -> None:
@@ -168,25 +218,17 @@ def test_save_accepts_numpy_and_missing_val(tmp_path: Path) -> None:
     result.test_logits = result.test_logits.numpy()
     result.test_labels = result.test_labels.numpy()
     runs = RunStore(tmp_path)
-    runs.save("exp", result)
-    run = runs.load("exp", result.config)
+    runs.save(result)
+    run = runs.load(result.config)
     assert run.val_logits is None and run.val_labels is None
-    assert run.test_logits.shape == (40, 4)
-
-
-def test_huge_logits_are_kept_in_float32(tmp_path: Path) -> None:
-    result = fake_result()
-    result.test_logits[0, 0] = 1e6  # beyond float16's range
-    runs = RunStore(tmp_path)
-    runs.save("exp", result)
-    assert runs.load("exp", result.config).test_logits[0, 0] == 1e6
+    assert run.test_logits.shape == (40, 4) and run.label is None
 
 
 def test_provenance(tmp_path: Path) -> None:
     runs = RunStore(tmp_path)
     result = fake_result()
-    runs.save("exp", result)
-    run = runs.load("exp", result.config)
+    runs.save(result, label="ch01_measuring")
+    run = runs.load(result.config)
     assert set(run.provenance) >= PROVENANCE_KEYS
     assert run.provenance["seconds"] == pytest.approx(123.4)
     assert run.provenance["device"] == "cpu"
@@ -199,59 +241,192 @@ def test_provenance(tmp_path: Path) -> None:
     assert "\n" not in text
 
 
-def test_failed_write_leaves_no_partial_file(tmp_path: Path, monkeypatch) -> None:
+def test_failed_write_leaves_no_partial_run(tmp_path: Path, monkeypatch) -> None:
     runs = RunStore(tmp_path)
     result = fake_result()
-    real_write = store._atomic_write
+    real_write = store._write_file
 
     def write_then_fail(path: Path, data: bytes) -> None:
-        if path.name == "predictions.npz":  # fail in the middle of writing this file
-            def broken_fsync(fd):
-                raise OSError("disk full")
-            monkeypatch.setattr(store.os, "fsync", broken_fsync)
+        if path.name == "predictions.npz":  # fail in the middle of the run
+            raise OSError("disk full")
         real_write(path, data)
 
-    monkeypatch.setattr(store, "_atomic_write", write_then_fail)
+    monkeypatch.setattr(store, "_write_file", write_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        runs.save("exp", result)
-    folder = runs.path("exp", result.config)
-    names = {p.name for p in folder.iterdir()}
-    assert names == {"config.json", "history.json", "metrics.json"}  # no temp, no npz
-    assert not runs.exists("exp", result.config)
+        runs.save(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".locks"]  # no run, no temp
+    assert not runs.exists(result.config)
     with pytest.raises(RunNotFound):
-        runs.load("exp", result.config)
-    assert runs.list("exp") == []
+        runs.load(result.config)
+    assert runs.list() == [] and runs.summary().empty
+    monkeypatch.setattr(store, "_write_file", real_write)
+    runs.save(result)
+    assert runs.load(result.config).metrics == result.metrics
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch) -> None:
+    import calnotes._io as io_module
+
     target = tmp_path / "metrics.json"
-    store._atomic_write(target, b"old")
+    atomic_write(target, b"old")
 
     def broken_replace(src, dst):
         raise OSError("interrupted")
 
-    monkeypatch.setattr(store.os, "replace", broken_replace)
+    monkeypatch.setattr(io_module.os, "replace", broken_replace)
     with pytest.raises(OSError, match="interrupted"):
-        store._atomic_write(target, b"new content")
+        atomic_write(target, b"new content")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_a_stored_run_is_kept_and_a_second_writer_discarded(tmp_path: Path) -> None:
+    runs = RunStore(tmp_path)
+    first, second = fake_result(seed=1, ece=0.1), fake_result(seed=2, ece=0.2)
+    runs.save(first, label="a")
+    runs.save(second, label="b")  # same config: the stored run stays whole
+    run = runs.load(first.config)
+    assert run.metrics["test_ece"] == 0.1 and run.label == "a"
+    assert torch.equal(run.test_logits, first.test_logits)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".locks")] == [
+        run.path.name]
+
+
+def test_a_damaged_run_is_replaced_by_the_next_save(tmp_path: Path) -> None:
+    runs = RunStore(tmp_path)
+    first, second = fake_result(seed=1, ece=0.1), fake_result(seed=2, ece=0.2)
+    folder = runs.save(first)
+    (folder / "metrics.json").write_text("{}")
+    with pytest.raises(CorruptRun):
+        runs.load(first.config)
+    runs.save(second)
+    run = runs.load(first.config)
+    assert run.metrics["test_ece"] == 0.2
+    assert torch.equal(run.test_logits, second.test_logits)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".locks", folder.name]
+
+
+def test_save_times_out_with_a_clear_message_while_another_writer_holds_the_lock(
+        tmp_path: Path) -> None:
+    runs = RunStore(tmp_path)
+    result = fake_result()
+    lock = store.lock_path(runs.path(result.config))
+    with file_lock(lock, timeout=0, what="testing"):  # flock: a second open file conflicts
+        with pytest.raises(TimeoutError, match=rf"{lock}.*another process is saving"):
+            runs.save(result, lock_timeout=0.2)
+    assert not runs.exists(result.config)
+    runs.save(result)  # released
+    assert runs.exists(result.config)
 
 
 def test_store_rejects_bad_arguments(tmp_path: Path) -> None:
     runs = RunStore(tmp_path)
     for bad in ("", "../up", "a/b", 3):
-        with pytest.raises(ValueError, match="experiment"):
-            runs.path(bad, {})
+        with pytest.raises(ValueError, match="label"):
+            runs.save(fake_result(), label=bad)
     with pytest.raises(TypeError, match="result"):
-        runs.save("exp", {"config": {}})
+        runs.save({"config": {}})
     with pytest.raises(TypeError, match="root"):
         RunStore(3)
+    with pytest.raises(ValueError, match="unknown config key"):
+        runs.path({"epoch": 3})
 
 
 def test_run_not_found_is_a_key_error_with_a_readable_message(tmp_path: Path) -> None:
     with pytest.raises(KeyError) as info:
-        RunStore(tmp_path).load("exp", default_config())
-    assert str(info.value).startswith("no complete run")
+        RunStore(tmp_path).load(default_config())
+    assert str(info.value).startswith("no stored run")
+
+
+# --------------------------------------------------------------------------- what is read back
+
+
+def _rewrite(folder: Path, name: str, data: bytes, *, update_manifest: bool) -> None:
+    (folder / name).write_bytes(data)
+    if update_manifest:  # as if the file had been saved like this
+        manifest = json.loads((folder / store.MANIFEST).read_text())
+        manifest["files"][name] = hashlib.sha256(data).hexdigest()
+        (folder / store.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_config_that_does_not_hash_to_its_folder_is_refused(tmp_path: Path) -> None:
+    runs = RunStore(tmp_path)
+    result = fake_result()
+    folder = runs.save(result)
+    other = json.dumps(default_config(epochs=99)).encode()
+    _rewrite(folder, "config.json", other, update_manifest=True)
+    with pytest.raises(CorruptRun, match=rf"{folder / 'config.json'} hashes to .*not to its"):
+        runs.load(result.config)
+
+
+def test_arrays_that_do_not_match_their_checksum_are_refused(tmp_path: Path) -> None:
+    runs = RunStore(tmp_path)
+    result = fake_result()
+    folder = runs.save(result)
+    other = store.npz_bytes({"test_logits": np.zeros((40, 4), np.float32),
+                             "test_labels": np.zeros(40, np.int64)})
+    _rewrite(folder, "predictions.npz", other, update_manifest=False)  # a valid npz
+    with pytest.raises(CorruptRun, match=rf"{folder / 'predictions.npz'} does not match the "
+                                         "SHA-256"):
+        runs.load(result.config)
+
+
+@pytest.mark.parametrize(("name", "update_manifest"), [
+    *((name, False) for name in (*store.FILES, store.MANIFEST)),
+    *((name, True) for name in store.FILES),
+])
+def test_a_truncated_file_gives_an_error_naming_it(tmp_path: Path, name: str,
+                                                   update_manifest: bool) -> None:
+    # update_manifest: the checksum matches the truncated bytes, so the parser must
+    # name the file itself (was: a bare BadZipFile, JSONDecodeError or EOFError)
+    runs = RunStore(tmp_path)
+    result = fake_result()
+    folder = runs.save(result)
+    data = (folder / name).read_bytes()
+    _rewrite(folder, name, data[: len(data) // 2], update_manifest=update_manifest)
+    with pytest.raises(CorruptRun, match=str(folder / name)) as info:
+        runs.load(result.config)
+    assert "make results" in str(info.value) and "delete" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(CorruptRun, match="make results"):  # load_or_run says what to do
+        load_or_run(result.config, store=runs, compute=False)
+
+
+def test_parsers_name_the_file() -> None:
+    path = Path("/somewhere/predictions.npz")
+    data = store.npz_bytes({"a": np.arange(1000.0)})
+    for cut in (0, 10, len(data) // 2, len(data) - 5):
+        with pytest.raises(CorruptRun, match="/somewhere/predictions.npz"):
+            store.parse_npz(data[:cut], path)
+    with pytest.raises(CorruptRun, match="history.json is not valid JSON"):
+        store.parse_json(b'{"records": [', Path("history.json"))
+
+
+def test_outdated_runs_are_refused_and_recomputed_by_make_results(
+        tmp_path: Path, monkeypatch) -> None:
+    runs = RunStore(tmp_path / "results")
+    result = fake_result()
+    digest = config_hash(result.config)
+    old = tmp_path / "results" / "ch01_measuring" / digest  # format 1: experiment/hash/
+    old.mkdir(parents=True)
+    for name in (*store.FILES, "DONE"):
+        (old / name).write_bytes(b"")
+    with pytest.raises(OutdatedRun, match=rf"older layout, at {old} .*make results"):
+        runs.load(result.config)
+    with pytest.raises(OutdatedRun, match="make results"):
+        load_or_run(result.config, store=runs, compute=False)
+
+    folder = runs.save(result)  # a format-1 manifest at the right place
+    manifest = json.loads((folder / store.MANIFEST).read_text())
+    (folder / store.MANIFEST).write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(OutdatedRun, match=r"format 1, not 2.*make results"):
+        runs.load(result.config)
+
+    monkeypatch.setattr(experiment, "train_run",
+                        lambda config, **kwargs: fake_result(config, seed=5, ece=0.5))
+    run = load_or_run(result.config, store=runs, checkpoint_root=tmp_path / "ckpt")
+    assert run.metrics["test_ece"] == 0.5  # recomputed and replaced
+    assert runs.load(result.config).metrics["test_ece"] == 0.5
 
 
 # --------------------------------------------------------------------------- load_or_run
@@ -273,23 +448,35 @@ def counted_train_run(monkeypatch):
 def test_load_or_run_computes_once_then_loads(tmp_path: Path, counted_train_run) -> None:
     runs = RunStore(tmp_path / "results")
     ckpt = tmp_path / "ckpt"
-    first = load_or_run("exp", {"epochs": 2}, store=runs, checkpoint_root=ckpt, progress=False,
-                        device="cpu")
-    second = load_or_run("exp", default_config(epochs=2), store=runs, checkpoint_root=ckpt)
-    assert len(counted_train_run) == 1
+    first = load_or_run({"epochs": 2}, label="ch03", store=runs, checkpoint_root=ckpt,
+                        progress=False, device="cpu")
+    second = load_or_run(default_config(epochs=2), label="ch05", store=runs,
+                         checkpoint_root=ckpt)
+    assert len(counted_train_run) == 1  # one store: chapters share a run, stored once
     call = counted_train_run[0]
     digest = config_hash(default_config(epochs=2))
     assert call["config"] == default_config(epochs=2)
     assert Path(call["checkpoint_dir"]) == ckpt / digest
     assert call["device"] == "cpu" and call["progress"] is False
-    assert first.path == second.path == tmp_path / "results" / "exp" / digest
+    assert first.path == second.path == tmp_path / "results" / digest
+    assert first.label == second.label == "ch03"
     assert torch.equal(first.test_logits, second.test_logits)
     assert first.history == second.history
+    assert runs.summary()[["run", "label"]].values.tolist() == [[digest, "ch03"]]
+
+
+def test_load_or_run_finds_a_run_whatever_the_spelling(tmp_path: Path,
+                                                       counted_train_run) -> None:
+    runs = RunStore(tmp_path)
+    runs.save(fake_result({"weight_decay": 0.0, "epochs": 2}))
+    # `-p WEIGHT_DECAY 0` reaches the config as an int: the same run (was: retrained)
+    run = load_or_run({"weight_decay": 0, "epochs": np.int64(2)}, store=runs, compute=False)
+    assert run.config["weight_decay"] == 0.0 and counted_train_run == []
 
 
 def test_load_or_run_without_compute_explains(tmp_path: Path, counted_train_run) -> None:
     with pytest.raises(RunNotFound, match="make results"):
-        load_or_run("exp", {}, store=RunStore(tmp_path), compute=False)
+        load_or_run({}, store=RunStore(tmp_path), compute=False)
     assert counted_train_run == []
 
 
@@ -297,18 +484,30 @@ def test_load_or_run_uses_environment_locations(tmp_path: Path, monkeypatch,
                                                 counted_train_run) -> None:
     monkeypatch.setenv("CALNOTES_RESULTS", str(tmp_path / "env_results"))
     monkeypatch.setenv("CALNOTES_CHECKPOINTS", str(tmp_path / "env_ckpt"))
-    run = load_or_run("exp", {"seed": 1}, progress=False)
+    run = load_or_run({"seed": 1}, progress=False)
     digest = config_hash(default_config(seed=1))
-    assert run.path == tmp_path / "env_results" / "exp" / digest
+    assert run.path == tmp_path / "env_results" / digest
     assert Path(counted_train_run[0]["checkpoint_dir"]) == tmp_path / "env_ckpt" / digest
     assert RunStore().root == tmp_path / "env_results"
 
 
+def test_load_or_run_waits_for_another_trainer_of_the_run(tmp_path: Path,
+                                                          counted_train_run) -> None:
+    digest = config_hash(default_config())
+    with file_lock(tmp_path / "ckpt" / f"{digest}.lock", timeout=0, what="testing"):
+        with pytest.raises(TimeoutError, match=rf"training run {digest}"):
+            load_or_run({}, store=RunStore(tmp_path / "r"), checkpoint_root=tmp_path / "ckpt",
+                        lock_timeout=0.2)
+    assert counted_train_run == []
+
+
 def test_load_or_run_rejects_bad_config(tmp_path: Path, counted_train_run) -> None:
     with pytest.raises(ValueError, match="valid keys"):
-        load_or_run("exp", {"epoch": 3}, store=RunStore(tmp_path))
+        load_or_run({"epoch": 3}, store=RunStore(tmp_path))
     with pytest.raises(TypeError, match="store"):
-        load_or_run("exp", {}, store=str(tmp_path))
+        load_or_run({}, store=str(tmp_path))
+    with pytest.raises(ValueError, match="label"):
+        load_or_run({}, label="a/b", store=RunStore(tmp_path))
 
 
 # --------------------------------------------------------------------------- train_run
@@ -399,7 +598,46 @@ def test_train_run_wires_data_model_trainer_and_metrics(tmp_path: Path, monkeypa
     assert torch.equal(again.test_logits, result.test_logits)
 
     runs = RunStore(tmp_path / "results")
-    stored = load_or_run("exp", config, store=runs, checkpoint_root=tmp_path / "ckpts",
+    stored = load_or_run(config, store=runs, checkpoint_root=tmp_path / "ckpts",
                          device="cpu", progress=False)
     assert stored.metrics == pytest.approx(result.metrics)
     assert stored.provenance["device"] == "cpu"
+
+
+@pytest.mark.parametrize("change", [{"train_subset": 120}, {"batch_size": 16},
+                                    {"augment": True}, {"val_size": 30}])
+def test_a_checkpoint_is_resumed_only_by_its_own_config(tmp_path: Path, monkeypatch,
+                                                        change: dict) -> None:
+    # Was: a checkpoint of a run differing only in data settings was silently resumed,
+    # returning the old model and history.
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
+    config = {"dataset": "blobs", "model": "mlp", "epochs": 2, "batch_size": 32,
+              "val_size": 45, "lr": 0.1}
+    ckpt = str(tmp_path / "ckpt")
+    experiment.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
+    (key, value), = change.items()
+    with pytest.raises(ValueError, match=rf"different configuration.*run_config\.{key}: "
+                                         rf"checkpoint .* vs now {value!r}"):
+        experiment.train_run({**config, **change}, device="cpu", progress=False,
+                              checkpoint_dir=ckpt)
+    again = experiment.train_run(config, device="cpu", progress=False, checkpoint_dir=ckpt)
+    assert len(again.history) == 2  # its own config still resumes (here: is finished)
+
+
+def test_a_truncated_checkpoint_names_the_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(experiment, "data", _fake_data_module())
+    monkeypatch.setattr(experiment, "models", _fake_models_module())
+    config = {"dataset": "blobs", "model": "mlp", "epochs": 2, "batch_size": 32,
+              "val_size": 45}
+    root = tmp_path / "ckpt"
+    path = root / config_hash(config) / "last.pt"
+    path.parent.mkdir(parents=True)
+    experiment.train_run({**config, "epochs": 1}, device="cpu", progress=False,
+                          checkpoint_dir=str(tmp_path / "one"))
+    data = (tmp_path / "one" / "last.pt").read_bytes()
+    for cut in (0, 100, len(data) // 2):
+        path.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=rf"checkpoint {path} cannot be read.*Delete it"):
+            load_or_run(config, store=RunStore(tmp_path / "r"), checkpoint_root=root,
+                        device="cpu", progress=False)

@@ -65,10 +65,10 @@ class Recorder:
     """A run_fn that records its calls and returns fake runs."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
-    def __call__(self, experiment: str, config: dict[str, Any], **kwargs: Any) -> FakeRun:
-        self.calls.append((experiment, config, kwargs))
+    def __call__(self, config: dict[str, Any], **kwargs: Any) -> FakeRun:
+        self.calls.append((config, kwargs))
         return fake_run(config)
 
 
@@ -204,15 +204,16 @@ def test_nll_overfitting_without_norm_and_with_bad_histories() -> None:
 
 def test_runner_trains_each_distinct_config_once_and_passes_its_options() -> None:
     recorder = Recorder()
-    runner = SweepRunner("exp", use_store=False, smoke=True, device="cpu", run_fn=recorder)
+    runner = SweepRunner(label="exp", use_store=False, smoke=True, device="cpu",
+                         run_fn=recorder)
     base = {"model": "resnet8", "model_options": {"width": 16}}
     widths = runner.sweep(base, "model_options.width", [8, 16])
     decays = runner.sweep(base, "weight_decay", [default_config()["weight_decay"], 0.1])
     assert len(recorder.calls) == 3  # the base config is shared by both sweeps
     assert widths.runs[1] is decays.runs[0]
-    experiment, config, kwargs = recorder.calls[0]
-    assert experiment == "exp" and config == default_config(**widths.configs[0])
-    assert kwargs == {"use_store": False, "smoke": True, "device": "cpu"}
+    config, kwargs = recorder.calls[0]
+    assert config == default_config(**widths.configs[0])
+    assert kwargs == {"label": "exp", "use_store": False, "smoke": True, "device": "cpu"}
     assert runner.run(base) is widths.runs[1]
     assert len(recorder.calls) == 3
     cost = runner.cost()
@@ -247,7 +248,7 @@ def test_sweep_table_and_histories_are_tidy() -> None:
 
 
 def test_runner_rejects_bad_arguments() -> None:
-    with pytest.raises(TypeError, match="experiment"):
+    with pytest.raises(TypeError, match="label"):
         SweepRunner("")
     with pytest.raises(TypeError, match="smoke must be a bool"):
         SweepRunner("exp", smoke=1)  # type: ignore[arg-type]
@@ -274,7 +275,7 @@ def test_default_run_fn_is_chapter_run() -> None:
 def test_real_sweep_on_digits_trains_shared_configs_once(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALNOTES_RESULTS", str(tmp_path / "results"))
-    runner = SweepRunner("test_sweeps", use_store=False, smoke=True, device="cpu")
+    runner = SweepRunner(label="test_sweeps", use_store=False, smoke=True, device="cpu")
     base = default_config(dataset="digits", model="resnet8",
                           model_options={"width": 4, "batch_norm": True}, epochs=2,
                           batch_size=64, val_size=200, train_subset=200, test_subset=100,

@@ -381,6 +381,37 @@ def test_resume_refuses_a_different_configuration(tmp_path: Path) -> None:
         Trainer(tiny_model(classes=4), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train)
 
 
+def test_resume_refuses_a_checkpoint_of_another_run_config(tmp_path: Path) -> None:
+    # The run config covers what the trainer cannot see (data subset, batch size,
+    # augmentation): a checkpoint of another config is refused, key by key.
+    train, _ = make_loaders()
+    config = {"train_subset": 100, "batch_size": 32, "augment": False}
+    one = {**KW, "epochs": 1}
+    Trainer(tiny_model(), checkpoint_dir=tmp_path, run_config=config, **one).fit(train)
+    with pytest.raises(ValueError, match=r"run_config.train_subset: checkpoint 100 vs now 200"):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path,
+                run_config={**config, "train_subset": 200}, **one).fit(train)
+    with pytest.raises(ValueError, match=r"run_config.batch_size: checkpoint 32 vs now None"):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path, **one).fit(train)
+    same = Trainer(tiny_model(), checkpoint_dir=tmp_path, run_config=dict(config),
+                   epoch_callback=lambda *a: pytest.fail("trained again"), **one)
+    assert len(same.fit(train)) == 1 and same.epoch == 1  # its own config resumes
+    with pytest.raises(TypeError, match="run_config"):
+        Trainer(tiny_model(), run_config={"a": object()}, **one)
+
+
+@pytest.mark.parametrize("cut", [0, 10, 0.5])
+def test_a_truncated_checkpoint_gives_an_error_naming_it(tmp_path: Path, cut: float) -> None:
+    train, _ = make_loaders()
+    Trainer(tiny_model(), checkpoint_dir=tmp_path, **{**KW, "epochs": 1}).fit(train)
+    path = tmp_path / "last.pt"
+    data = path.read_bytes()
+    path.write_bytes(data[: int(cut * len(data)) if isinstance(cut, float) else cut])
+    # was: a bare EOFError or RuntimeError from torch.load
+    with pytest.raises(ValueError, match=rf"checkpoint {path} cannot be read.*Delete it"):
+        Trainer(tiny_model(), checkpoint_dir=tmp_path, **KW).fit(train)
+
+
 SCRIPT = textwrap.dedent(
     """
     import os, signal, sys

@@ -72,7 +72,11 @@ def parse_value(text: str) -> Any:
 
 
 def check_parameters(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """Reject unknown names and values whose type does not match the default's."""
+    """Reject unknown names and values whose type does not match the default's.
+
+    An int given for a float parameter becomes a float (``-p WEIGHT_DECAY 0`` is ``0.0``),
+    so the runs it configures are the ones the default spelling names.
+    """
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise ValueError(
@@ -96,7 +100,8 @@ def check_parameters(defaults: dict[str, Any], given: dict[str, Any]) -> dict[st
                 f"parameter {name} expects {type(default).__name__} (default {default!r}), "
                 f"got {value!r}"
             )
-    return given
+    return {name: float(value) if isinstance(defaults[name], float) else value
+            for name, value in given.items()}
 
 
 def run_chapter(

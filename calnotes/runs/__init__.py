@@ -23,8 +23,10 @@ from calnotes.runs.methods import (
     methods_table,
     temperature_scaled,
 )
-from calnotes.runs.ood import OOD_LOGITS_FILE, run_ood_logits, trained_model
+from calnotes.runs.ood import OOD_FOLDER, OOD_LOGITS_FILE, run_ood_logits, trained_model
 from calnotes.runs.store import (
+    CorruptRun,
+    OutdatedRun,
     RunNotFound,
     RunStore,
     StoredRun,
@@ -45,11 +47,14 @@ from calnotes.runs.sweeps import (
 )
 
 __all__ = [
+    "CorruptRun",
     "DEFAULT_CONFIG",
     "META_OPTIONS",
     "METHODS",
+    "OOD_FOLDER",
     "OOD_LOGITS_FILE",
     "OPTIONAL_CONFIG",
+    "OutdatedRun",
     "RunNotFound",
     "RunResult",
     "RunStore",

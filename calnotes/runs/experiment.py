@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -32,6 +34,7 @@ from calnotes.training.trainer import (
 )
 
 __all__ = [
+    "CONFIG_TYPES",
     "DEFAULT_CONFIG",
     "META_OPTIONS",
     "OPTIONAL_CONFIG",
@@ -98,14 +101,109 @@ META_OPTIONS: dict[str, Any] = {
 
 #: Losses that need their own trainer rather than a ``loss(logits, labels)`` callable.
 TRAINER_LOSSES = ("mixup",)
+#: Default ``alpha`` of ``loss="mixup"`` (its only option).
+MIXUP_ALPHA = 0.2
+
+#: The type of every config value (``None``: the key may be ``None``). :func:`default_config`
+#: converts each value to its type (an int weight decay becomes a float, a NumPy integer an
+#: int) and refuses any other type, so one run has one config and so one hash.
+CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
+    "dataset": (str,), "model": (str,), "model_options": (dict,), "loss": (str,),
+    "loss_options": (dict,), "optimizer": (str,), "lr": (float,), "momentum": (float,),
+    "weight_decay": (float,), "schedule": (str,), "epochs": (int,), "batch_size": (int,),
+    "augment": (bool,), "val_size": (int, float, None), "train_subset": (int, None),
+    "test_subset": (int, None), "seed": (int,), "amp": (bool,), "positive_class": (int,),
+    "meta": (dict,),
+}
+
+#: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
+META_TYPES: dict[str, tuple[Any, ...]] = {
+    "outer": (str,), "heads": (int,), "gamma_tau": (float,), "meta_lr": (float,),
+    "inner_params": (str,), "inner_lr": (float, None), "sece_bandwidth": (float,),
+}
+
+
+def _type_names(types: tuple[Any, ...]) -> str:
+    return " or ".join("None" if t is None else t.__name__ for t in types)
+
+
+def _canonical(value: Any, types: tuple[Any, ...], name: str) -> Any:
+    """``value`` as the first type of ``types`` it can be without loss, else ``TypeError``.
+
+    bool stays bool (never an int); an int may become a float; a float never becomes an
+    int; NumPy scalars become Python ones; a dict gets canonical JSON values.
+    """
+    if value is None:
+        if None in types:
+            return None
+    elif isinstance(value, (bool, np.bool_)):
+        if bool in types:
+            return bool(value)
+    elif isinstance(value, (int, np.integer)):
+        if int in types:
+            return int(value)
+        if float in types:
+            return float(value)
+    elif isinstance(value, (float, np.floating)):
+        if float in types:
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+            return float(value)
+    elif isinstance(value, str):
+        if str in types:
+            return value
+    elif isinstance(value, Mapping):
+        if dict in types:
+            return _json_value(value, name)
+    raise TypeError(f"{name} must be {_type_names(types)}, got {type(value).__name__} {value!r}")
+
+
+def _json_value(value: Any, name: str) -> Any:
+    """A free-form option value as plain JSON: dicts with str keys, lists, str, bool,
+    int, finite float or None (tuples become lists, NumPy scalars Python ones)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{name} must have str keys, got {key!r}")
+            out[key] = _json_value(item, f"{name}[{key!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item, f"{name}[{i}]") for i, item in enumerate(value)]
+    return _canonical(value, (bool, int, float, str, None), name)
+
+
+def _loss_option_defaults(name: str) -> dict[str, Any]:
+    """Default value of each option of the loss ``name`` ({} if unknown or opaque)."""
+    if name == "mixup":
+        return {"alpha": MIXUP_ALPHA}
+    factory = _REGISTRY.get(name) or _library_losses().get(name)
+    if factory is None:
+        return {}
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if p.default is not p.empty}
+
+
+def _canonical_loss_options(loss: str, options: dict[str, Any]) -> dict[str, Any]:
+    """An int given for a loss option whose default is a float becomes that float."""
+    defaults = _loss_option_defaults(loss)
+    return {
+        k: float(v) if isinstance(defaults.get(k), float) and type(v) is int else v
+        for k, v in options.items()
+    }
 
 
 def default_config(**overrides: Any) -> dict[str, Any]:
     """The full run config: :data:`DEFAULT_CONFIG` updated with ``overrides``.
 
     Keys of :data:`OPTIONAL_CONFIG` appear only when given a value other than ``None``.
-    Raises ``ValueError`` for an unknown key (listing the valid ones), for ``device``
-    (not part of a config) and ``TypeError`` for a value that is not JSON-able.
+    Values are made canonical by :data:`CONFIG_TYPES` (``weight_decay=0`` becomes ``0.0``;
+    an int loss option whose default is a float becomes a float), so equal runs get equal
+    configs. Raises ``ValueError`` for an unknown key (listing the valid ones), for
+    ``device`` (not part of a config) and ``TypeError`` for a value of the wrong type.
     """
     valid = set(DEFAULT_CONFIG) | set(OPTIONAL_CONFIG)
     unknown = sorted(set(overrides) - valid)
@@ -120,21 +218,13 @@ def default_config(**overrides: Any) -> dict[str, Any]:
     for key in OPTIONAL_CONFIG:
         if config.get(key, None) is None:
             config.pop(key, None)
-    if "positive_class" in config:
-        k = config["positive_class"]
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"config['positive_class'] must be an int, got {type(k).__name__}")
-        if k < 0:
-            raise ValueError(f"config['positive_class'] must be >= 0, got {k}")
+    for key, value in config.items():
+        config[key] = _canonical(value, CONFIG_TYPES[key], f"config[{key!r}]")
+    config["loss_options"] = _canonical_loss_options(config["loss"], config["loss_options"])
+    if config.get("positive_class", 0) < 0:
+        raise ValueError(f"config['positive_class'] must be >= 0, got {config['positive_class']}")
     if "meta" in config:
         config["meta"] = _check_meta(config["meta"], config)
-    for key in ("model_options", "loss_options"):
-        if not isinstance(config[key], Mapping):
-            raise TypeError(f"config[{key!r}] must be a dict, got {type(config[key]).__name__}")
-        config[key] = dict(config[key])
-    for key in ("dataset", "model", "loss", "optimizer", "schedule"):
-        if not isinstance(config[key], str):
-            raise TypeError(f"config[{key!r}] must be a str, got {type(config[key]).__name__}")
     return config
 
 
@@ -152,7 +242,8 @@ def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
             "a meta run learns a per-sample focal gamma: set loss='focal' and no loss_options, "
             f"got loss={config['loss']!r} with loss_options={dict(config['loss_options'])}"
         )
-    return {**META_OPTIONS, **dict(meta)}
+    return {key: _canonical(value, META_TYPES[key], f"config['meta'][{key!r}]")
+            for key, value in {**META_OPTIONS, **dict(meta)}.items()}
 
 
 # --------------------------------------------------------------------------- loss registry
@@ -337,7 +428,7 @@ def make_trainer(
         lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
         schedule=cfg["schedule"], epochs=cfg["epochs"], device=dev,
         amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
-        progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback,
+        progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback, run_config=cfg,
     )
     if "meta" in cfg:
         if cfg["optimizer"] != "sgd":
@@ -353,7 +444,7 @@ def make_trainer(
     options["optimizer"] = cfg["optimizer"]
     if cfg["loss"] == "mixup":
         loss_options = dict(cfg["loss_options"])
-        alpha = loss_options.pop("alpha", 0.2)
+        alpha = loss_options.pop("alpha", MIXUP_ALPHA)
         if loss_options:
             raise ValueError(f"loss 'mixup' got unknown option(s) {sorted(loss_options)}; "
                              "it accepts ['alpha']")

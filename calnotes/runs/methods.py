@@ -3,7 +3,7 @@
 ::
 
     configs = method_configs(default_config(model="resnet14", epochs=15))
-    runs = {name: chapter_run("ch05_meta", cfg, ...) for name, cfg in configs.items()}
+    runs = {name: chapter_run(cfg, label="ch05_meta", ...) for name, cfg in configs.items()}
     table = methods_table({name: run.test_logits for ...}, test_labels)
     ece_vs_bins({name: probs, ...}, test_labels, [10, 30, 100, 300, 1000])
 

@@ -1,14 +1,13 @@
 """A stored run on OOD image sets: its trained model and its logits on each set.
 
-:func:`run_ood_logits` gives a stored run's logits on OOD images (cached next to the run,
-so the book needs no weights), :func:`trained_model` recovers the run's model from its
+:func:`run_ood_logits` gives a stored run's logits on OOD images (stored inside the run's
+folder, so the book needs no weights), :func:`trained_model` recovers the run's model from its
 checkpoint (or trains it again). Scores and detection metrics are in :mod:`calnotes.ood`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,13 +19,15 @@ from torch import nn
 
 from calnotes import data, models, training
 from calnotes._checks import check_positive_int
-from calnotes._io import atomic_write
 from calnotes.runs import experiment, store
 
-__all__ = ["OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
+__all__ = ["OOD_FOLDER", "OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
 
 
-#: File, inside a stored run's folder, that caches the run's logits on OOD image sets.
+#: Folder, inside a stored run's folder, of the run's logits on OOD image sets: one entry
+#: ``ood/<first 16 hex digits of the images' SHA-256>/`` per set of images.
+OOD_FOLDER = "ood"
+#: File of such an entry holding the float32 ``logits`` (compressed npz).
 OOD_LOGITS_FILE = "ood_logits.npz"
 
 
@@ -37,18 +38,12 @@ def _images_digest(images: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
-def _run_stamp(run: Any) -> str:
-    """Identifies one training of a stored run: a retrained run gets a new stamp."""
-    p = run.provenance
-    return f"{p.get('config_hash')}@{p.get('date_utc')}"
-
-
 def _checkpoint_roots(run: Any, checkpoint_root: str | Path | None) -> list[Path]:
     if checkpoint_root is not None:
         return [Path(checkpoint_root)]
     # calnotes.runs.store.chapter_run keeps the checkpoints of a scratch (SMOKE) store in a
-    # "checkpoints" folder next to the store root: look there first
-    return [Path(run.path).parents[2] / "checkpoints", store.default_checkpoint_root()]
+    # "checkpoints" folder next to the store root (the run's folder is <root>/<hash>)
+    return [Path(run.path).parents[1] / "checkpoints", store.default_checkpoint_root()]
 
 
 def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
@@ -70,13 +65,15 @@ def trained_model(
     The store keeps logits, not weights. The weights come from the run's final training
     checkpoint ``<root>/<config hash>/last.pt``, looked for in ``checkpoint_root`` (default:
     the ``checkpoints`` folder next to the store root, then
-    :func:`calnotes.runs.store.default_checkpoint_root`). A checkpoint is used only if its model
-    reproduces the stored test logits (to float16 storage precision): one left by another
-    training of the same config is skipped. Without a usable checkpoint, ``retrain=True``
-    trains the run again in a temporary folder (deterministic on the CPU) and checks the
-    result the same way; ``RuntimeError`` if that fails too, ``FileNotFoundError`` if
-    ``retrain=False`` and no checkpoint exists. The model is returned in eval mode on
-    ``device``.
+    :func:`calnotes.runs.store.default_checkpoint_root`). A checkpoint is used only if it
+    was written for the run's whole config and its model reproduces the stored test logits
+    (within 2e-3: other batch sizes or kernels reorder float32 sums, while another training
+    moves logits far more): one left by another training of the same config is skipped.
+    Without a usable checkpoint, ``retrain=True`` trains the run again in a temporary
+    folder (deterministic on the CPU) and checks the result the same way; ``RuntimeError``
+    if that fails too, ``FileNotFoundError`` if ``retrain=False`` and no checkpoint exists.
+    A damaged checkpoint raises ``ValueError`` naming it. The model is returned in eval
+    mode on ``device``.
     """
     if not isinstance(run, store.StoredRun):
         raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
@@ -97,8 +94,11 @@ def trained_model(
     for path in (r / digest / "last.pt" for r in roots):
         if not path.is_file():
             continue
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if int(state.get("epoch", -1)) != cfg["epochs"]:
+        state = training.load_checkpoint(path)  # a damaged file: ValueError naming it
+        if state["fingerprint"].get("run_config") != cfg:
+            tried.append(f"{path} (written for another config)")
+            continue
+        if int(state["epoch"]) != cfg["epochs"]:
             tried.append(f"{path} (unfinished)")
             continue
         model: nn.Module = models.build_model(
@@ -139,15 +139,17 @@ def run_ood_logits(
     checkpoint_root: str | Path | None = None,
     batch_size: int = 1000,
 ) -> dict[str, torch.Tensor]:
-    """Logits of a stored run's model on each OOD image set, cached in the run's folder.
+    """Logits of a stored run's model on each OOD image set, stored inside the run's folder.
 
     ``images`` maps a set's name to uint8 images ``(N, C, H, W)`` shaped like the run's
     dataset (see :func:`calnotes.data.ood_images`); they are normalized with the run's
-    training mean and std, as the in-distribution images were. The logits are kept in
-    :data:`OOD_LOGITS_FILE` next to the run (float16, like the store's), keyed by the
-    set's name and the SHA-256 of its images, and valid only for this training of the run
-    (a retrained run recomputes them). Sets not in the cache need the trained model
-    (:func:`trained_model`). Returns ``{name: float32 logits (N, C)}`` on the CPU.
+    training mean and std, as the in-distribution images were. The float32 logits of each
+    set are an entry ``<run>/ood/<images SHA-256 [:16]>/`` of the run store
+    (:func:`calnotes.runs.store.write_entry`: published whole, checksummed, versioned), so
+    they go with the run's folder when the run is recomputed. Sets not stored yet need the
+    trained model (:func:`trained_model`). A damaged entry raises
+    :class:`calnotes.runs.store.CorruptRun` naming it. Returns
+    ``{name: float32 logits (N, C)}`` on the CPU.
     """
     if not isinstance(run, store.StoredRun):
         raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
@@ -164,15 +166,12 @@ def run_ood_logits(
             raise ValueError(f"images[{name!r}] is empty")
         digests[name] = _images_digest(x)
 
-    path = Path(run.path) / OOD_LOGITS_FILE
-    stamp = _run_stamp(run)
-    cache: dict[str, tuple[str, np.ndarray]] = {}
-    if path.is_file():
-        with np.load(path) as npz:
-            if str(npz["stamp"]) == stamp:
-                for i, name in enumerate(npz["names"].tolist()):
-                    cache[name] = (str(npz[f"sha256_{i}"]), npz[f"logits_{i}"])
-    missing = [k for k in images if k not in cache or cache[k][0] != digests[k]]
+    out: dict[str, np.ndarray] = {}
+    for name in images:
+        found = _read_ood_logits(run, digests[name])
+        if found is not None:
+            out[name] = found
+    missing = [name for name in images if name not in out]
     if missing:
         model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
         dev = next(iter(model.parameters())).device
@@ -183,25 +182,40 @@ def run_ood_logits(
                 shuffle=False, mean=splits.mean, std=splits.std, device=dev,
             )
             logits, _ = training.predict_logits(model, loader)
-            cache[name] = (digests[name], _pack_logits(logits.numpy()))
-        _save_cache(path, stamp, cache)
-    return {k: torch.from_numpy(cache[k][1].astype(np.float32)) for k in images}
+            store.write_entry(
+                _ood_entry(run, digests[name]),
+                {OOD_LOGITS_FILE: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
+                {"kind": "ood_logits", "images_sha256": digests[name],
+                 "config_hash": run.path.name},
+            )
+            found = _read_ood_logits(run, digests[name])  # another writer may have won
+            if found is None:
+                raise RuntimeError(f"the OOD logits of {name!r} were not stored in {run.path}")
+            out[name] = found
+    return {name: torch.from_numpy(out[name]) for name in images}
 
 
-def _pack_logits(arr: np.ndarray) -> np.ndarray:
-    """float16, or float32 where a value would overflow float16."""
-    if arr.size and np.abs(arr).max() >= float(np.finfo(np.float16).max):
-        return arr.astype(np.float32)
-    return arr.astype(np.float16)
+def _ood_entry(run: Any, images_sha256: str) -> Path:
+    return Path(run.path) / OOD_FOLDER / images_sha256[:16]
 
 
-def _save_cache(path: Path, stamp: str, cache: Mapping[str, tuple[str, np.ndarray]]) -> None:
-    """Write the cache atomically (never half-written)."""
-    names = sorted(cache)
-    arrays: dict[str, np.ndarray] = {"stamp": np.array(stamp), "names": np.array(names)}
-    for i, name in enumerate(names):
-        arrays[f"sha256_{i}"] = np.array(cache[name][0])
-        arrays[f"logits_{i}"] = cache[name][1]
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
-    atomic_write(path, buffer.getvalue())
+def _read_ood_logits(run: Any, images_sha256: str) -> np.ndarray | None:
+    """The stored float32 logits of the images with this digest (``None`` if not stored
+    or stored in an older format); :class:`calnotes.runs.store.CorruptRun` if damaged."""
+    folder = _ood_entry(run, images_sha256)
+    if not folder.is_dir():
+        return None
+    remedy = f"delete the folder {folder}; the next call recomputes it"
+    try:
+        manifest, files = store.read_entry(folder, kind="ood_logits", remedy=remedy)
+    except store.OutdatedRun:
+        return None  # recomputed, and replaced by write_entry
+    if manifest.get("images_sha256") != images_sha256 or OOD_LOGITS_FILE not in files:
+        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe these images' "
+                               f"logits; {remedy}")
+    arrays = store.parse_npz(files[OOD_LOGITS_FILE], folder / OOD_LOGITS_FILE, remedy)
+    logits = arrays.get("logits")
+    if logits is None or logits.ndim != 2 or logits.dtype != np.float32:
+        raise store.CorruptRun(f"{folder / OOD_LOGITS_FILE} holds no float32 (N, C) logits; "
+                               f"{remedy}")
+    return logits

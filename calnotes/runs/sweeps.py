@@ -4,7 +4,7 @@ A chapter that asks "what does depth (or width, batch normalization, weight deca
 calibration?" trains one run per value of that setting and compares their test metrics and
 training curves. :class:`SweepRunner` does the bookkeeping::
 
-    runner = SweepRunner("ch02_diagnosing", use_store=True, smoke=False)
+    runner = SweepRunner(label="ch02_diagnosing", use_store=True, smoke=False)
     base = default_config(model="resnet8", epochs=20)
     depth = runner.sweep(base, "model", ["resnet8", "resnet14", "resnet20"],
                          name="depth", labels=[8, 14, 20])
@@ -224,25 +224,25 @@ class Sweep:
 
 
 class SweepRunner:
-    """Trains (or loads) runs of one experiment, each distinct config once.
+    """Trains (or loads) runs, each distinct config once.
 
-    ``use_store``, ``smoke`` and ``device`` are passed to ``run_fn`` (default
-    :func:`calnotes.runs.store.chapter_run`), called as
-    ``run_fn(experiment, config, use_store=..., smoke=..., device=...)``. Configs are
+    ``label`` (e.g. the chapter), ``use_store``, ``smoke`` and ``device`` are passed to
+    ``run_fn`` (default :func:`calnotes.runs.store.chapter_run`), called as
+    ``run_fn(config, label=..., use_store=..., smoke=..., device=...)``. Configs are
     completed with their defaults and identified by :func:`calnotes.runs.store.config_hash`.
     """
 
     def __init__(
         self,
-        experiment: str,
+        label: str | None = None,
         *,
         use_store: bool = True,
         smoke: bool = False,
         device: str | torch.device = "auto",
         run_fn: RunFn | None = None,
     ) -> None:
-        if not isinstance(experiment, str) or not experiment:
-            raise TypeError(f"experiment must be a non-empty str, got {experiment!r}")
+        if label is not None and (not isinstance(label, str) or not label):
+            raise TypeError(f"label must be None or a non-empty str, got {label!r}")
         for flag, value in (("use_store", use_store), ("smoke", smoke)):
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
@@ -250,7 +250,7 @@ class SweepRunner:
             run_fn = chapter_run
         if not callable(run_fn):
             raise TypeError(f"run_fn must be callable, got {type(run_fn).__name__}")
-        self.experiment = experiment
+        self.label = label
         self.use_store = use_store
         self.smoke = smoke
         self.device = device
@@ -258,7 +258,7 @@ class SweepRunner:
         self._runs: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return f"SweepRunner({self.experiment!r}, {len(self._runs)} runs)"
+        return f"SweepRunner({self.label!r}, {len(self._runs)} runs)"
 
     def run(self, config: Mapping[str, Any]) -> Any:
         """The run of ``config``: trained or loaded on first request, then cached."""
@@ -267,7 +267,7 @@ class SweepRunner:
         cfg = default_config(**config)
         digest = config_hash(cfg)
         if digest not in self._runs:
-            self._runs[digest] = self.run_fn(self.experiment, cfg, use_store=self.use_store,
+            self._runs[digest] = self.run_fn(cfg, label=self.label, use_store=self.use_store,
                                              smoke=self.smoke, device=self.device)
         return self._runs[digest]
 

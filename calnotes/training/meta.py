@@ -177,6 +177,7 @@ class MetaTrainer(Trainer):
         seed: int = 0,
         sece_bandwidth: float = 0.05,
         epoch_callback: MetaEpochCallback | None = None,
+        run_config: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -196,6 +197,7 @@ class MetaTrainer(Trainer):
             schedule=schedule, milestones=milestones, gamma=lr_decay, epochs=epochs,
             device=device, amp=amp, checkpoint_dir=checkpoint_dir, progress=progress,
             seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
+            run_config=run_config,
         )
         self.gamma_net = gamma_net.to(self.device)
         #: The model's classifier head and feature extractor (typed views of the model's).

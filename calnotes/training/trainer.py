@@ -45,6 +45,7 @@ __all__ = [
     "Trainer",
     "describe_device",
     "eval_mode",
+    "load_checkpoint",
     "predict_logits",
     "seed_everything",
     "select_device",
@@ -342,7 +343,9 @@ class Trainer:
     ``E``; ``"step"`` multiplies by ``gamma`` at each milestone (epochs, or fractions of
     ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
     ``amp`` (bfloat16 autocast) and ``channels_last`` apply on CUDA only; on other devices
-    they are ignored with a warning.
+    they are ignored with a warning. ``run_config`` (e.g. a
+    :func:`calnotes.runs.experiment.default_config`) describes the whole run, data included: a
+    checkpoint is resumed only by a trainer of the same ``run_config``.
     """
 
     def __init__(
@@ -367,6 +370,7 @@ class Trainer:
         progress: bool = True,
         seed: int = 0,
         epoch_callback: EpochCallback | None = None,
+        run_config: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -407,6 +411,8 @@ class Trainer:
         self.epoch_callback = epoch_callback
         self.loss_fn: LossFn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        #: The whole run config this trainer trains (JSON), part of the checkpoint fingerprint.
+        self.run_config = _json_copy(run_config, "run_config")
 
         self.model = model.to(self.device)
         if self.channels_last:
@@ -491,6 +497,7 @@ class Trainer:
             "epochs": self.epochs,
             "amp": self.amp,
             "seed": self.seed,
+            "run_config": self.run_config,
         }
 
     # ------------------------------------------------------------------ checkpoints
@@ -522,9 +529,7 @@ class Trainer:
         return path
 
     def _load_checkpoint(self, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if state.get("format") != _CHECKPOINT_FORMAT:
-            raise ValueError(f"{path} is not a calnotes checkpoint (format {state.get('format')})")
+        state = load_checkpoint(path)
         _check_fingerprint(state, self.fingerprint(), path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -673,11 +678,53 @@ class Trainer:
 
 
 
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The state saved in a calnotes checkpoint (``torch.load`` with ``weights_only=True``).
+
+    A truncated or damaged file raises ``ValueError`` naming it, never a bare
+    ``EOFError``, ``RuntimeError`` or ``UnpicklingError``.
+    """
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
+        raise ValueError(
+            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
+            "or damaged. Delete it to train this run from the start."
+        ) from err
+    if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{path} is not a calnotes checkpoint (format {found})")
+    missing = sorted({"fingerprint", "fingerprint_sha256", "epoch", "model"} - set(state))
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {missing}; it is damaged. Delete it.")
+    return state
+
+
+def _json_copy(value: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be JSON-able: {err}") from err
+
+
 def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Path) -> None:
-    """Refuse to resume a checkpoint written with another configuration, naming the fields."""
+    """Refuse to resume a checkpoint written with another configuration, naming the fields
+    (the keys of ``run_config`` one by one)."""
     if state["fingerprint_sha256"] == _sha256(mine):
         return
-    theirs = state["fingerprint"]
+    theirs = dict(state["fingerprint"])
+    mine = dict(mine)
+    for fp in (theirs, mine):
+        config = fp.pop("run_config", None)
+        for key, value in (config or {}).items():
+            fp[f"run_config.{key}"] = value
     diff = [
         f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}"
         for k in sorted(set(mine) | set(theirs))
