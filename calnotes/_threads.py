@@ -52,7 +52,7 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def busy_share_of_others(window: float = 0.2) -> float:
+def busy_share_of_others(window: float = 0.1) -> float:
     """Share (0 to 1) of the machine's CPU time that other processes used during
     ``window`` seconds: the busy jiffies of ``/proc/stat`` less this process's own CPU
     time. Without ``/proc/stat`` the 1-minute load average per CPU (which counts this
@@ -74,12 +74,24 @@ def busy_share_of_others(window: float = 0.2) -> float:
     return min(1.0, max(0.0, share - own))
 
 
-def auto_threads(window: float = 0.2) -> int:
+#: :func:`auto_threads` answers from its last sample for this many seconds (runs started
+#: in quick succession, as a chapter's or the tests', cost one sample).
+AUTO_THREADS_TTL = 30.0
+_last_answer: tuple[float, int] | None = None
+
+
+def auto_threads(window: float = 0.1) -> int:
     """The policy above: the usable CPUs times the share of CPU time others leave free,
     rounded, clamped to ``[1, torch default]``."""
+    global _last_answer
+    now = time.monotonic()
+    if _last_answer is not None and now - _last_answer[0] < AUTO_THREADS_TTL:
+        return _last_answer[1]
     cpus = usable_cpus()
     free = cpus * (1.0 - busy_share_of_others(window))
-    return max(1, min(TORCH_DEFAULT_THREADS, cpus, math.floor(free + 0.5)))
+    answer = max(1, min(TORCH_DEFAULT_THREADS, cpus, math.floor(free + 0.5)))
+    _last_answer = (now, answer)
+    return answer
 
 
 def machine_is_busy() -> bool:

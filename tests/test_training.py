@@ -190,13 +190,10 @@ def test_trainer_rejects_bad_model_and_loss() -> None:
         Trainer(nn.ReLU(), device="cpu")
 
 
-def test_cuda_only_flags_warn_on_cpu() -> None:
+def test_amp_warns_on_cpu() -> None:
     with pytest.warns(UserWarning, match="amp"):
         trainer = Trainer(tiny_model(), amp=True, device="cpu", progress=False)
     assert trainer.amp is False
-    with pytest.warns(UserWarning, match="channels_last"):
-        trainer = Trainer(tiny_model(), channels_last=True, device="cpu", progress=False)
-    assert trainer.channels_last is False
 
 
 @pytest.mark.parametrize(
