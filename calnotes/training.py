@@ -301,9 +301,8 @@ def _nhwc_pays(model: nn.Module) -> bool:
 def _is_channels_last(model: nn.Module) -> bool:
     """Whether the model's 4-d weights (its 2-d convolutions) are stored NHWC."""
     weights = [p for p in model.parameters() if p.ndim == 4]
-    return bool(weights) and all(
-        p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous()
-        for p in weights
+    return all(p.is_contiguous(memory_format=torch.channels_last) for p in weights) and any(
+        not p.is_contiguous() for p in weights  # one input channel: both layouts agree
     )
 
 
