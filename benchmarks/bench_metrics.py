@@ -1,35 +1,34 @@
-"""Calibration-metric speed: calnotes vs torchmetrics vs netcal, and SECE time vs N.
+"""Calibration-metric speed against peers and floors, each ratio taken in one run.
 
-All inputs are random float32 softmax probabilities ``softmax(3 z)``, ``z ~ N(0, 1)``, of
-``--n`` samples and ``--classes`` classes, labels uniform; CPU only. Times are the best of
-``--repeat`` runs after one untimed warm-up call (SECE above N = 20,000: one run, no
-warm-up).
+Inputs are random float32 softmax probabilities ``softmax(3 z)``, ``z ~ N(0, 1)``, of
+``--n`` samples and ``--classes`` classes, labels uniform; CPU only. Every comparison is
+repeated ``--repeat`` times with ours, the peer and the floor back to back in each
+repetition (the machine may be shared: a slow spell then hits all three); the tables give
+the median seconds and the median of the per-repetition ratios.
 
-* ECE (15 equal-width bins, top-label) and MCE on the full ``N x C``:
-  calnotes ``ece`` / ``mce`` vs ``torchmetrics.functional.classification.
-  multiclass_calibration_error`` (same quantity; its bins are [lo, hi) instead of our
-  (lo, hi], which only matters for values exactly on an edge).
-* Classwise ECE (Kull et al.): calnotes ``classwise_ece`` vs the mean over classes of
-  torchmetrics' ``binary_calibration_error(p[:, k], y == k)`` (a Python loop over classes;
-  torchmetrics has no classwise ECE of its own).
-* netcal (``ECE``, ``MCE``, and ``ECE`` on each one-vs-rest column for classwise) is slow on
-  10^8 entries, so it runs on the first ``--n-netcal`` samples. Two ratios are reported:
-  ``ratio_same_n`` (calnotes on that same subsample vs netcal) and
-  ``ratio_per_sample`` (calnotes seconds per sample on the full input vs netcal seconds per
-  sample on the subsample), labelled as such.
-* SECE at N in ``--sece-n`` (default 1k, 10k, 100k): forward time, forward + backward time,
-  and a dense peer (plain torch, N x N kernel matrix materialized) where it fits in
-  ``--dense-max-n``. No other library implements SECE.
+* ECE (15 equal-width bins, top label), MCE and classwise ECE on the full ``N x C``:
+  against torchmetrics (``multiclass_calibration_error``; classwise: its
+  ``binary_calibration_error`` looped over classes, it has no classwise ECE) and against
+  the floor ``p.sum()``, one read of the array.
+* The same against netcal (``ECE``, ``MCE``, ``ECE`` per one-vs-rest column), which is slow
+  on 10^8 entries and runs on the first ``--n-netcal`` rows: ``ratio_same_n`` compares
+  calnotes on those rows with netcal, ``ratio_per_row`` calnotes' seconds per row on the
+  full input with netcal's per row on the subsample.
+* SECE forward + backward at N in ``--sece-n``: the default method (exact sums up to
+  ``metrics.SECE_EXACT_MAX_N``, the grid above) against the exact O(N^2) sums (the floor
+  the grid must beat, run once above 20,000 samples), with the difference of the values,
+  and against the textbook dense N x N formula where it fits in ``--dense-max-n``.
 
-A ratio < 1 means calnotes is faster. Every value is also checked against the peer's.
+Threads: ``--threads auto`` (default) uses :func:`calnotes._threads.auto_threads`, the
+policy the trainer uses, for everything, peers and floors included.
 
-    python benchmarks/bench_metrics.py [--n 1000000 --classes 100 --repeat 3 --json out.json]
+    python benchmarks/bench_metrics.py [--n 1000000 --classes 100 --repeat 5 --json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -37,19 +36,36 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import report
 
 from calnotes import metrics
+from calnotes._threads import auto_threads
 
 
-def _best_of(fn: Callable[[], Any], repeat: int, warmup: bool = True) -> tuple[float, Any]:
-    """Warm up once (optional), then the best wall time of ``repeat`` calls and the result."""
-    out = fn() if warmup else None
-    best = float("inf")
+def _seconds(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def compare(fns: dict[str, Callable[[], Any]], repeat: int,
+            warmup: bool = True) -> tuple[dict[str, float], dict[str, list[float]], dict]:
+    """Run every function once per repetition, in turn; returns the median seconds, the
+    per-repetition seconds and the last results."""
+    if warmup:
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    results: dict[str, Any] = {}
     for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+        for name, fn in fns.items():
+            seconds, results[name] = _seconds(fn)
+            times[name].append(seconds)
+    return {k: statistics.median(v) for k, v in times.items()}, times, results
+
+
+def median_ratio(times: dict[str, list[float]], num: str, den: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[num], times[den], strict=True))
 
 
 def _data(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +76,6 @@ def _data(n: int, c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _torchmetrics() -> Any | None:
-    """torchmetrics' classification functional API, or None if it cannot be imported."""
     try:
         from calnotes.data.sources import _import_torchvision
 
@@ -81,117 +96,91 @@ def _netcal() -> Any | None:
     return ncm
 
 
-def _row(task: str, ours_s: float, peer: str, peer_s: float | None, **extra: Any) -> dict:
-    row: dict[str, Any] = {
-        "task": task,
-        "calnotes_s": round(ours_s, 4),
-        "peer": peer,
-        "peer_s": None if peer_s is None else round(peer_s, 4),
-        "ratio_calnotes_over_peer": None if not peer_s else round(ours_s / peer_s, 3),
-    }
-    row.update(extra)
-    return row
-
-
-def bench_binned(p: torch.Tensor, y: torch.Tensor, repeat: int) -> list[dict]:
-    """ECE, MCE, classwise ECE on the full input vs torchmetrics."""
-    n, c = p.shape
-    size = f"{n}x{c}"
-    tmc = _torchmetrics()
-    ours = {
+def _ours(p: torch.Tensor, y: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    return {
         "ece": lambda: metrics.ece(p, y, n_bins=15),
         "mce": lambda: metrics.mce(p, y, n_bins=15),
         "classwise_ece": lambda: metrics.classwise_ece(p, y, n_bins=15),
     }
+
+
+def bench_binned(p: torch.Tensor, y: torch.Tensor, repeat: int) -> list[dict]:
+    """ECE, MCE, classwise ECE on the full input vs torchmetrics and vs one read."""
+    n, c = p.shape
+    tmc = _torchmetrics()
     peers: dict[str, Callable[[], Any]] = {}
     if tmc is not None:
         cols = [p[:, k].contiguous() for k in range(c)]
-
-        def tm_classwise() -> float:
-            return float(
-                np.mean(
-                    [
-                        float(tmc.binary_calibration_error(cols[k], (y == k).long(), n_bins=15))
-                        for k in range(c)
-                    ]
-                )
-            )
-
         peers = {
-            "ece": lambda: tmc.multiclass_calibration_error(
-                p, y, num_classes=c, n_bins=15, norm="l1"
-            ),
-            "mce": lambda: tmc.multiclass_calibration_error(
-                p, y, num_classes=c, n_bins=15, norm="max"
-            ),
-            "classwise_ece": tm_classwise,
+            "ece": lambda: tmc.multiclass_calibration_error(p, y, num_classes=c, n_bins=15),
+            "mce": lambda: tmc.multiclass_calibration_error(p, y, num_classes=c, n_bins=15,
+                                                            norm="max"),
+            "classwise_ece": lambda: float(np.mean([
+                float(tmc.binary_calibration_error(cols[k], (y == k).long(), n_bins=15))
+                for k in range(c)])),
         }
     rows = []
-    for name, fn in ours.items():
-        print(f"  {name} {size} ...", flush=True)
-        ours_s, ours_v = _best_of(fn, repeat)
-        peer_name = "torchmetrics " + (
-            "mean_k binary_calibration_error (loop over classes)"
-            if name == "classwise_ece"
-            else "multiclass_calibration_error"
-        )
+    for name, ours in _ours(p, y).items():
+        print(f"  {name} {n}x{c} ...", flush=True)
+        fns = {"ours": ours, "floor": lambda: p.sum()}
         if name in peers:
-            peer_s, peer_v = _best_of(peers[name], repeat)
-            diff = abs(float(ours_v) - float(peer_v))
-        else:
-            peer_s, diff, peer_name = None, None, "torchmetrics (unavailable)"
-        rows.append(
-            _row(f"{name} 15 bins {size} (CPU)", ours_s, peer_name, peer_s,
-                 value=round(float(ours_v), 6), abs_diff_vs_peer=diff)
-        )
+            fns["peer"] = peers[name]
+        med, times, out = compare(fns, repeat)
+        row: dict[str, Any] = {
+            "task": f"{name} 15 bins {n}x{c} (CPU)",
+            "calnotes_s": round(med["ours"], 4),
+            "floor_s (p.sum())": round(med["floor"], 4),
+            "ratio_over_floor": round(median_ratio(times, "ours", "floor"), 2),
+        }
+        if "peer" in fns:
+            row.update({
+                "peer": "torchmetrics " + ("binary_calibration_error looped over classes"
+                                           if name == "classwise_ece"
+                                           else "multiclass_calibration_error"),
+                "peer_s": round(med["peer"], 4),
+                "speedup_over_peer": round(median_ratio(times, "peer", "ours"), 2),
+                "abs_diff_vs_peer": abs(float(out["ours"]) - float(out["peer"])),
+            })
+        row["value"] = round(float(out["ours"]), 6)
+        rows.append(row)
     return rows
 
 
 def bench_netcal(p: torch.Tensor, y: torch.Tensor, n_sub: int, repeat: int) -> list[dict]:
-    """ECE, MCE, classwise ECE vs netcal on a subsample, plus per-sample ratios."""
+    """ECE, MCE, classwise ECE vs netcal on a subsample, with per-row ratios."""
     ncm = _netcal()
     n, c = p.shape
     n_sub = min(n_sub, n)
+    if ncm is None:
+        return [{"task": f"{name} vs netcal", "peer": "netcal (unavailable)"}
+                for name in ("ece", "mce", "classwise_ece")]
     ps, ys = p[:n_sub].contiguous(), y[:n_sub].contiguous()
     ps_np, ys_np = ps.numpy().astype(np.float64), ys.numpy()
-    if ncm is None:
-        return [_row(f"{name} vs netcal", float("nan"), "netcal (unavailable)", None)
-                for name in ("ece", "mce", "classwise_ece")]
-    ours = {
-        "ece": lambda q, t: metrics.ece(q, t, n_bins=15),
-        "mce": lambda q, t: metrics.mce(q, t, n_bins=15),
-        "classwise_ece": lambda q, t: metrics.classwise_ece(q, t, n_bins=15),
-    }
     peers = {
         "ece": lambda: ncm.ECE(bins=15).measure(ps_np, ys_np),
         "mce": lambda: ncm.MCE(bins=15).measure(ps_np, ys_np),
-        "classwise_ece": lambda: float(
-            np.mean(
-                [ncm.ECE(bins=15).measure(ps_np[:, k], (ys_np == k).astype(np.int64))
-                 for k in range(c)]
-            )
-        ),
+        "classwise_ece": lambda: float(np.mean(
+            [ncm.ECE(bins=15).measure(ps_np[:, k], (ys_np == k).astype(np.int64))
+             for k in range(c)])),
     }
+    subsample, full = _ours(ps, ys), _ours(p, y)
     rows = []
-    for name in ours:
+    for name in peers:
         print(f"  {name} vs netcal on {n_sub}x{c} ...", flush=True)
-        sub_s, sub_v = _best_of(lambda name=name: ours[name](ps, ys), repeat)
-        full_s, _ = _best_of(lambda name=name: ours[name](p, y), max(1, repeat))
-        peer_s, peer_v = _best_of(peers[name], max(1, repeat))
-        rows.append(
-            _row(
-                f"{name} 15 bins {n_sub}x{c} subsample (CPU)",
-                sub_s,
-                "netcal " + ("ECE per one-vs-rest column" if name == "classwise_ece"
-                             else name.upper()),
-                peer_s,
-                value=round(float(sub_v), 6),
-                abs_diff_vs_peer=abs(float(sub_v) - float(peer_v)),
-                ratio_same_n=round(sub_s / peer_s, 4),
-                ratio_per_sample=round((full_s / n) / (peer_s / n_sub), 4),
-                per_sample_note=f"calnotes on {n} rows vs netcal on {n_sub} rows, per row",
-            )
-        )
+        med, times, out = compare({"sub": subsample[name], "full": full[name],
+                                   "peer": peers[name]}, repeat)
+        per_row = statistics.median(
+            (f / n) / (q / n_sub) for f, q in zip(times["full"], times["peer"], strict=True))
+        rows.append({
+            "task": f"{name} 15 bins, netcal on {n_sub}x{c}, calnotes also on {n}x{c} (CPU)",
+            "calnotes_s": round(med["sub"], 4),
+            "peer": "netcal " + ("ECE per one-vs-rest column" if name == "classwise_ece"
+                                 else name.upper()),
+            "peer_s": round(med["peer"], 4),
+            "speedup_same_n": round(median_ratio(times, "peer", "sub"), 2),
+            "speedup_per_row": round(1.0 / per_row, 2),
+            "abs_diff_vs_peer": abs(float(out["sub"]) - float(out["peer"])),
+        })
     return rows
 
 
@@ -203,80 +192,84 @@ def _dense_sece(p: torch.Tensor, y: torch.Tensor, h: float) -> torch.Tensor:
     return ((k @ r) / k.sum(dim=1) - conf).abs().mean()
 
 
-def bench_sece(c: int, sizes: list[int], dense_max_n: int, repeat: int, seed: int) -> list[dict]:
+def _forward_backward(p: torch.Tensor, y: torch.Tensor, fn: Callable) -> float:
+    q = p.clone().requires_grad_()
+    value = fn(q, y)
+    value.backward()
+    return float(value.detach())
+
+
+def bench_sece(c: int, sizes: list[int], dense_max_n: int, repeat: int,
+               seed: int) -> list[dict]:
     rows = []
     for n in sizes:
         print(f"  sece N={n} ...", flush=True)
         p, y = _data(n, c, seed)
-        # Large N: one timed run, no warm-up (the smaller sizes already warmed up the kernels)
-        reps, warm = (repeat, True) if n <= 20_000 else (1, False)
-        fwd_s, value = _best_of(lambda p=p, y=y: metrics.sece(p, y), reps, warm)
-
-        def fwd_bwd(p: torch.Tensor = p, y: torch.Tensor = y) -> None:
-            q = p.clone().requires_grad_()
-            metrics.sece(q, y).backward()
-
-        bwd_s, _ = _best_of(fwd_bwd, reps, warm)
+        fns: dict[str, Callable[[], Any]] = {
+            "ours": lambda p=p, y=y: _forward_backward(p, y, metrics.sece),
+        }
+        floor = {"exact": lambda p=p, y=y: _forward_backward(
+            p, y, lambda q, t: metrics.sece(q, t, method="exact"))}
+        if n <= 20_000:
+            fns.update(floor)
         if n <= dense_max_n:
-            peer_s, peer_v = _best_of(lambda p=p, y=y: _dense_sece(p, y, 0.05), reps)
-            peer, diff = "dense torch (N x N kernel)", abs(float(value) - float(peer_v))
-        else:
-            peer_s, diff = None, None
-            peer = f"dense torch: not run (N x N = {4 * n * n / 2**30:.0f} GiB)"
-        rows.append(
-            _row(f"sece forward N={n} (CPU)", fwd_s, peer, peer_s,
-                 sece_forward_backward_s=round(bwd_s, 4), timed_runs=reps,
-                 value=round(float(value), 6), abs_diff_vs_peer=diff)
-        )
+            fns["dense"] = lambda p=p, y=y: _forward_backward(
+                p, y, lambda q, t: _dense_sece(q, t, 0.05))
+        med, times, out = compare(fns, repeat)
+        if "exact" not in med:  # large N: the O(N^2) floor once, no warm-up
+            seconds, out["exact"] = _seconds(floor["exact"])
+            med["exact"], times["exact"] = seconds, [seconds] * repeat
+        method = "exact" if n <= metrics.SECE_EXACT_MAX_N else "grid"
+        row: dict[str, Any] = {
+            "task": f"sece forward+backward N={n}, default method ({method}) (CPU)",
+            "calnotes_s": round(med["ours"], 4),
+            "floor": "exact O(N^2) sums, forward+backward"
+                     + ("" if n <= 20_000 else " (one run)"),
+            "floor_s": round(med["exact"], 4),
+            "speedup_over_floor": round(statistics.median(
+                e / o for e, o in zip(times["exact"], times["ours"], strict=True)), 1),
+            "abs_diff_vs_exact": abs(out["ours"] - out["exact"]),
+            "value": round(out["ours"], 6),
+        }
+        if "dense" in med:
+            row.update({"peer": "dense torch (N x N kernel), forward+backward",
+                        "peer_s": round(med["dense"], 4),
+                        "speedup_over_peer": round(median_ratio(times, "dense", "ours"), 1)})
+        rows.append(row)
     return rows
-
-
-def _markdown(rows: list[dict]) -> str:
-    keys = ["task", "calnotes_s", "peer", "peer_s", "ratio_calnotes_over_peer",
-            "ratio_same_n", "ratio_per_sample", "sece_forward_backward_s", "abs_diff_vs_peer"]
-    keys = [k for k in keys if any(k in r for r in rows)]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for r in rows:
-        cells = ["" if r.get(k) is None else str(r.get(k)) for k in keys]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="samples for ECE/MCE/classwise")
     parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs (best is kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="repetitions (median reported)")
     parser.add_argument("--n-netcal", type=int, default=100_000, help="netcal subsample size")
     parser.add_argument("--sece-n", type=int, nargs="*", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--dense-max-n", type=int, default=20_000,
+    parser.add_argument("--dense-max-n", type=int, default=10_000,
                         help="largest N for the dense N x N SECE peer")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: as is)")
+    parser.add_argument("--threads", default="auto", help="torch threads: 'auto' or a number")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="PATH", help="also write results here")
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-
-    print(f"bench_metrics: {args.n}x{args.classes}, {torch.get_num_threads()} torch threads")
-    p, y = _data(args.n, args.classes, args.seed)
-    rows = bench_binned(p, y, args.repeat)
-    rows += bench_netcal(p, y, args.n_netcal, args.repeat)
-    del p, y
-    rows += bench_sece(args.classes, args.sece_n, args.dense_max_n, args.repeat, args.seed)
+    threads = auto_threads() if args.threads == "auto" else int(args.threads)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        print(f"bench_metrics: {args.n}x{args.classes}, {threads} torch threads", flush=True)
+        p, y = _data(args.n, args.classes, args.seed)
+        rows = bench_binned(p, y, args.repeat)
+        rows += bench_netcal(p, y, args.n_netcal, args.repeat)
+        del p, y
+        rows += bench_sece(args.classes, args.sece_n, args.dense_max_n, args.repeat,
+                           args.seed)
+    finally:
+        torch.set_num_threads(previous)
     for row in rows:
-        row["torch_threads"] = torch.get_num_threads()
-    result = {
-        "rows": rows,
-        "config": {k: v for k, v in vars(args).items() if k != "json"},
-        "note": "ratio < 1 means calnotes is faster; ratio_per_sample compares seconds per "
-        "row at different N (netcal subsampled)",
-    }
-    print(_markdown(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2, default=str)
-    return result
+        row["torch_threads"] = threads
+    return report(rows, args, args.json, note=(
+        "median over repetitions, ours, peer and floor back to back in each; speedup > 1 "
+        "means calnotes is faster, ratio_over_floor is calnotes' time in reads of the input"))
 
 
 if __name__ == "__main__":

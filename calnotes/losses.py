@@ -35,6 +35,7 @@ from torch import nn
 from calnotes._checks import (
     ArrayLike,
     as_tensor,
+    check_choice,
     check_labels,
     check_nonnegative_float,
     check_positive_float,
@@ -422,11 +423,17 @@ class SECELoss(nn.Module):
 
     SECE is :func:`calnotes.metrics.sece`: Gaussian-kernel soft accuracy
     ``a_i = sum_j K(r_i, r_j) c_j / sum_j K(r_i, r_j)`` on the confidences and
-    ``SECE = mean_i |a_i - r_i|``; it is differentiable in the logits.
+    ``SECE = mean_i |a_i - r_i|``; it is differentiable in the logits. ``method`` is that
+    of :func:`~calnotes.metrics.sece`; the default ``"exact"`` sums over all pairs of the
+    batch whatever its size.
     """
 
-    def __init__(self, bandwidth: float = 0.05, weight: float = 1.0, with_ce: bool = False):
+    def __init__(self, bandwidth: float = 0.05, weight: float = 1.0, with_ce: bool = False,
+                 method: str = "exact"):
         super().__init__()
+        from calnotes.metrics import SECE_METHODS
+
+        self.method = check_choice(method, "method", SECE_METHODS)
         self.bandwidth = check_positive_float(bandwidth, "bandwidth")
         self.weight = check_nonnegative_float(weight, "weight")
         if not isinstance(with_ce, bool):
@@ -437,14 +444,16 @@ class SECELoss(nn.Module):
         from calnotes.metrics import sece
 
         _check_batch(logits, labels)
-        smooth = sece(F.softmax(logits, dim=1), labels, bandwidth=self.bandwidth)
+        smooth = sece(F.softmax(logits, dim=1), labels, bandwidth=self.bandwidth,
+                      method=self.method)
         loss = self.weight * cast(torch.Tensor, smooth)
         if self.with_ce:
             loss = loss + F.cross_entropy(logits, labels)
         return loss
 
     def extra_repr(self) -> str:
-        return f"bandwidth={self.bandwidth}, weight={self.weight}, with_ce={self.with_ce}"
+        text = f"bandwidth={self.bandwidth}, weight={self.weight}, with_ce={self.with_ce}"
+        return text if self.method == "exact" else f"{text}, method={self.method!r}"
 
 
 # ---------------------------------------------------------------------------------------

@@ -459,3 +459,19 @@ def test_losses_on_cuda():
     assert xm.device.type == "cuda"
     gamma = torch.full((32,), 0.5, device="cuda")
     assert torch.isfinite(FocalLoss()(logits, labels, gamma=gamma))
+
+
+def test_sece_loss_keeps_the_exact_sums_at_any_batch_size(monkeypatch):
+    import calnotes.metrics as M
+
+    monkeypatch.setattr(M, "SECE_EXACT_MAX_N", 16)  # the metric would switch to the grid
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 5, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 5, (64,), generator=g)
+    probs = torch.softmax(logits, dim=1)
+    exact = M.sece(probs, labels, method="exact")
+    assert torch.equal(SECELoss()(logits, labels), exact)
+    assert torch.equal(SECELoss(method="grid")(logits, labels), M.sece(probs, labels))
+    assert "method" not in repr(SECELoss())  # the default keeps checkpoint fingerprints
+    with pytest.raises(ValueError, match="method"):
+        SECELoss(method="fast")

@@ -745,3 +745,265 @@ def test_cuda_results_on_cuda_and_equal_to_cpu():
     M.sece(q, yc, chunk_size=64).backward()
     assert q.grad.device.type == "cuda"
     assert M.probs_from_logits(pc).device.type == "cuda"
+
+
+# ---------------------------------------------------------------- 8. fast paths
+#
+# ECE and friends validate and extract the top label in one blocked read of the
+# probabilities (row maxima as integers, then ties re-checked); SECE switches to a grid
+# above SECE_EXACT_MAX_N samples. The previous path is kept here, written out, as the
+# reference the fast one must reproduce bit for bit.
+
+
+def previous_top_label_sums(p: torch.Tensor, y: torch.Tensor, n_bins: int):
+    """The implementation before the fused pass: check_probs, max(dim=1), bucketize and
+    index_add in float64 (in sample order)."""
+    from calnotes._checks import check_probs
+
+    q, _ = check_probs(p)
+    conf, pred = q.max(dim=1)
+    correct = (pred == y).to(q.dtype)
+    edges = (torch.arange(n_bins + 1, dtype=torch.float64) / n_bins).to(q.dtype)
+    idx = torch.bucketize(conf, edges[1:-1].contiguous(), right=False)
+    counts = torch.bincount(idx, minlength=n_bins)
+    zeros = torch.zeros(n_bins, dtype=torch.float64)
+    sum_v = zeros.index_add(0, idx, conf.to(torch.float64))
+    sum_t = zeros.index_add(0, idx, correct.to(torch.float64))
+    return conf, correct, counts, sum_v, sum_t
+
+
+def previous_ece(counts, sum_v, sum_t, norm: str) -> torch.Tensor:
+    n = counts.sum().to(sum_v.dtype)
+    gap = (sum_t - sum_v) / counts.clamp(min=1).to(sum_v.dtype)
+    w = counts.to(sum_v.dtype) / n
+    if norm == "l1":
+        return (w * gap.abs()).sum()
+    if norm == "l2":
+        return (w * gap.square()).sum().sqrt()
+    return gap.abs().masked_fill(counts == 0, 0).amax()
+
+
+def tricky_probs(seed: int, n: int, c: int, dtype: torch.dtype):
+    """Softmax rows with rounded logits (many exact ties), saturated one-hot rows (1.0
+    confidences, right and wrong), rows tied across all classes, and labels that often
+    hit a tied maximum at and after its first position."""
+    g = torch.Generator().manual_seed(seed)
+    z = (torch.randn(n, c, generator=g, dtype=torch.float64) * 3).round()
+    p = torch.softmax(z, dim=1)
+    k = n // 4
+    p[:k] = 0.0
+    p[torch.arange(k), torch.randint(0, c, (k,), generator=g)] = 1.0
+    p[k : k + n // 8] = 1.0 / c
+    y = torch.randint(0, c, (n,), generator=g)
+    pred_last = torch.argmax(p.flip(1), dim=1)  # the last maximal class of each row
+    y[::3] = c - 1 - pred_last[::3]
+    return p.to(dtype), y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ece_bit_identical_to_previous_path(dtype, seed):
+    n, c = (3001, 7) if seed < 2 else (257, 100)
+    p, y = tricky_probs(seed, n, c, dtype)
+    for n_bins in (1, 10, 15, 100, 1000):
+        conf, correct, counts, sum_v, sum_t = previous_top_label_sums(p, y, n_bins)
+        for norm in ("l1", "l2", "max"):
+            expected = previous_ece(counts, sum_v, sum_t, norm).to(dtype)
+            assert torch.equal(M.ece(p, y, n_bins=n_bins, norm=norm), expected), (n_bins, norm)
+        assert torch.equal(M.mce(p, y, n_bins=n_bins),
+                           previous_ece(counts, sum_v, sum_t, "max").to(dtype))
+        bins = M.reliability_bins(p, y, n_bins=n_bins)
+        denom = torch.where(counts > 0, counts.to(torch.float64), torch.nan)
+        assert torch.equal(bins.counts, counts)
+        torch.testing.assert_close(bins.accuracy, (sum_t / denom).to(dtype), rtol=0, atol=0,
+                                   equal_nan=True)
+        torch.testing.assert_close(bins.confidence, (sum_v / denom).to(dtype), rtol=0,
+                                   atol=0, equal_nan=True)
+    conf_new, correct_new = M.confidences_and_correct(p, y)
+    assert torch.equal(conf_new, conf) and torch.equal(correct_new, correct)
+    assert conf.eq(1.0).sum() >= n // 4 and correct.sum() > 0  # saturated rows present
+    # numpy input takes the same path; it gets the float64 value as a Python float
+    _, _, counts, sum_v, sum_t = previous_top_label_sums(p, y, 15)
+    assert M.ece(p.numpy(), y.numpy()) == float(previous_ece(counts, sum_v, sum_t, "l1"))
+
+
+def test_fused_path_equals_gradient_path():
+    """Input that needs a gradient keeps max(dim=1) (its gradient picks one entry); both
+    paths give the same value."""
+    p, y = tricky_probs(3, 999, 5, torch.float64)
+    q = p.clone().requires_grad_()
+    slow = M.ece(q, y)
+    assert slow.requires_grad
+    assert torch.equal(slow.detach(), M.ece(p, y))
+    assert float(M.error(q, y)) == float(M.error(p, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [1, 2, 3, 7, 10, 15, 20, 49, 100, 1000, 12345])
+def test_uniform_bin_index_equals_bucketize(dtype, n_bins):
+    edges = M._uniform_edges(n_bins, dtype, torch.device("cpu"))
+    # every edge, its neighbours one ulp away, 0, 1 and random values
+    around = [edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)),
+              torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype)),
+              torch.rand(5000, generator=torch.Generator().manual_seed(n_bins), dtype=dtype)]
+    values = torch.cat(around).clamp(0, 1)
+    expected = torch.bucketize(values, edges[1:-1].contiguous(), right=False)
+    assert torch.equal(M._uniform_bin_index(values, edges), expected)
+
+
+BAD_INPUTS = {
+    "nan": (np.array([[0.5, 0.5], [np.nan, 1.0]]), np.array([0, 1])),
+    "inf": (np.array([[0.5, 0.5], [np.inf, 0.0]]), np.array([0, 1])),
+    "-inf": (np.array([[0.5, 0.5], [-np.inf, 1.0]]), np.array([0, 1])),
+    "negative": (np.array([[0.5, 0.5], [-1e-30, 1.0]]), np.array([0, 1])),
+    "above one": (np.array([[0.5, 0.5], [1.25, -0.25]]), np.array([0, 1])),
+    "row sum": (np.array([[0.5, 0.5], [0.7, 0.2]]), np.array([0, 1])),
+    "logits": (np.array([[2.0, -1.0], [0.1, 0.3]]), np.array([0, 1])),
+    "label range": (np.array([[0.5, 0.5], [0.3, 0.7]]), np.array([0, 2])),
+    "label dtype": (np.array([[0.5, 0.5], [0.3, 0.7]]), np.array([0.0, 1.0])),
+    "label length": (np.array([[0.5, 0.5], [0.3, 0.7]]), np.array([0, 1, 1])),
+    "both bad": (np.array([[0.5, 0.5], [np.nan, 1.0]]), np.array([0, 5])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_validation_raises_what_the_generic_path_raises(case, dtype):
+    p, y = BAD_INPUTS[case]
+    p = p.astype(dtype)
+    with pytest.raises((TypeError, ValueError)) as generic:
+        M.ece(torch.from_numpy(p).requires_grad_(), torch.from_numpy(y))
+    for fn in (M.ece, M.reliability_bins, M.confidences_and_correct, M.error, M.sece):
+        with pytest.raises(generic.type) as fused:
+            fn(p, y)
+        assert str(fused.value) == str(generic.value), fn.__name__
+
+
+def test_negative_zero_is_a_valid_probability():
+    p = torch.tensor([[-0.0, 1.0], [0.6, 0.4], [0.5, 0.5]], dtype=torch.float64)
+    y = torch.tensor([1, 1, 1])
+    conf, correct = M.confidences_and_correct(p, y)
+    assert conf.tolist() == [1.0, 0.6, 0.5] and correct.tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_ece_same_value_and_threads_restored_on_a_busy_machine(monkeypatch, busy):
+    p, y = tricky_probs(4, 2000, 9, torch.float32)
+    expected = M.ece(p, y)
+    seen = []
+    real = M._fused_top_label
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return real(*args)
+
+    monkeypatch.setattr(M, "machine_is_busy", lambda: busy)
+    monkeypatch.setattr(M, "_fused_top_label", spy)
+    before = torch.get_num_threads()
+    assert torch.equal(M.ece(p, y), expected)
+    assert seen == [1 if busy else before] and torch.get_num_threads() == before
+
+
+# ---- SECE on a grid
+
+
+def sece_data(seed: int, n: int, kind: str):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, 10, generator=g, dtype=torch.float64)
+    if kind == "bimodal":
+        z[: n // 2] *= 6
+    p = torch.softmax(2 * z, dim=1)
+    if kind == "saturated":  # a third of the confidences exactly 1.0
+        k = n // 3
+        p[:k] = 0.0
+        p[:k, 0] = 1.0
+    y = torch.randint(0, 10, (n,), generator=g)
+    return p, y
+
+
+@pytest.mark.parametrize("kind", ["smooth", "bimodal", "saturated"])
+@pytest.mark.parametrize("bandwidth", [0.01, 0.05, 0.3])
+def test_sece_grid_within_documented_bound(kind, bandwidth):
+    p, y = sece_data(5, 1500, kind)
+    exact = M.sece(p, y, bandwidth=bandwidth, method="exact")
+    grid = M.sece(p, y, bandwidth=bandwidth, method="grid")
+    assert abs(float(grid) - float(exact)) <= M.SECE_GRID_TOL
+
+
+def test_sece_grid_gradient_close_to_exact():
+    # The grid's gradient is the derivative of the interpolated kernel sums: its error is
+    # of order (delta / h)^7, ~1e-10 relative here; 1e-6 leaves room for any data.
+    p, y = sece_data(6, 800, "bimodal")
+    grads = []
+    for method in ("exact", "grid"):
+        q = p.clone().requires_grad_()
+        M.sece(q, y, bandwidth=0.05, method=method).backward()
+        grads.append(q.grad)
+    scale = grads[0].abs().max()
+    assert scale > 0
+    assert float((grads[1] - grads[0]).abs().max() / scale) < 1e-6
+
+
+def test_grid_kernel_error_below_the_lagrange_bound():
+    """K~(x, y) = sum_a sum_b w_a(x) K(g_a - g_b) w_b(y) against K(x - y) for random pairs
+    at several spacings: |K~ - K| <= C_8 (delta / h)^8, the constant of the docstring."""
+    g = torch.Generator().manual_seed(7)
+    offsets = torch.arange(M._GRID_POINTS, dtype=torch.float64) - (M._GRID_POINTS // 2 - 1)
+    for rho in (0.5, 0.25, 0.1):
+        x = torch.rand(4000, generator=g, dtype=torch.float64) * 6  # in units of h
+        yv = x + torch.randn(4000, generator=g, dtype=torch.float64) * 2
+        cx, cy = x.div(rho).floor(), yv.div(rho).floor()
+        wx, _ = M._lagrange_weights(x / rho - cx)
+        wy, _ = M._lagrange_weights(yv / rho - cy)
+        gx = (cx.unsqueeze(1) + offsets) * rho  # (N, P) node positions
+        gy = (cy.unsqueeze(1) + offsets) * rho
+        k_grid = torch.exp(-0.5 * (gx.unsqueeze(2) - gy.unsqueeze(1)).square())
+        approx = torch.einsum("na,nab,nb->n", wx, k_grid, wy)
+        err = (approx - torch.exp(-0.5 * (x - yv).square())).abs().max()
+        assert float(err) <= M._GRID_ERROR_CONSTANT * rho**M._GRID_POINTS
+
+
+def test_lagrange_weights_reproduce_polynomials():
+    f = torch.linspace(0, 1, 101, dtype=torch.float64)
+    w, dw = M._lagrange_weights(f)
+    offsets = torch.arange(M._GRID_POINTS, dtype=torch.float64) - (M._GRID_POINTS // 2 - 1)
+    for k in range(M._GRID_POINTS):
+        torch.testing.assert_close(w @ offsets**k, f**k, rtol=0, atol=1e-12)
+        expected = k * f ** (k - 1) if k else torch.zeros_like(f)
+        torch.testing.assert_close(dw @ offsets**k, expected, rtol=0, atol=1e-11)
+
+
+def test_sece_auto_picks_exact_up_to_the_threshold_then_the_grid(monkeypatch):
+    monkeypatch.setattr(M, "SECE_EXACT_MAX_N", 300)
+    small, y_small = sece_data(8, 300, "smooth")
+    large, y_large = sece_data(8, 301, "smooth")
+    assert torch.equal(M.sece(small, y_small), M.sece(small, y_small, method="exact"))
+    assert torch.equal(M.sece(large, y_large), M.sece(large, y_large, method="grid"))
+    assert not torch.equal(M.sece(large, y_large), M.sece(large, y_large, method="exact"))
+
+
+def test_sece_auto_falls_back_to_exact_when_the_grid_is_too_fine(monkeypatch):
+    monkeypatch.setattr(M, "SECE_EXACT_MAX_N", 10)
+    monkeypatch.setattr(M, "_GRID_MAX_NODES", 50)
+    p, y = sece_data(9, 200, "smooth")
+    assert torch.equal(M.sece(p, y, bandwidth=0.01), M.sece(p, y, bandwidth=0.01,
+                                                             method="exact"))
+    with pytest.raises(ValueError, match="too small for method='grid'"):
+        M.sece(p, y, bandwidth=0.01, method="grid")
+
+
+def test_sece_method_is_checked():
+    with pytest.raises(ValueError, match="method"):
+        M.sece(GOOD_P, GOOD_Y, method="fft")
+
+
+def test_sece_grid_on_float32_input_within_bound_of_float64_exact():
+    # float32 probabilities: the grid works in float64 on the float32 confidences, so it
+    # is compared with the exact sums over the same confidences in float64.
+    p, y = sece_data(10, 5000, "bimodal")
+    p32 = p.float()
+    grid = M.sece(p32, y)  # auto: the grid above SECE_EXACT_MAX_N
+    assert grid.dtype == torch.float32
+    exact = M.sece(p32.double(), y, method="exact")
+    # the float32 result rounds the float64 value: half an ulp of float32 near 0.5
+    assert abs(float(grid) - float(exact)) <= M.SECE_GRID_TOL + 3e-8

@@ -190,13 +190,10 @@ def test_trainer_rejects_bad_model_and_loss() -> None:
         Trainer(nn.ReLU(), device="cpu")
 
 
-def test_cuda_only_flags_warn_on_cpu() -> None:
+def test_amp_warns_on_cpu() -> None:
     with pytest.warns(UserWarning, match="amp"):
         trainer = Trainer(tiny_model(), amp=True, device="cpu", progress=False)
     assert trainer.amp is False
-    with pytest.warns(UserWarning, match="channels_last"):
-        trainer = Trainer(tiny_model(), channels_last=True, device="cpu", progress=False)
-    assert trainer.channels_last is False
 
 
 @pytest.mark.parametrize(
@@ -548,3 +545,132 @@ def test_eval_mode_restores_the_previous_mode_even_after_an_error(start_training
     with pytest.raises(RuntimeError), eval_mode(model):
         raise RuntimeError("boom")
     assert model.training is start_training
+
+
+# --------------------------------------------------------------------------- CPU speed
+
+
+def lenet(seed: int = 0) -> nn.Module:
+    from calnotes.models import build_model
+
+    torch.manual_seed(seed)
+    return build_model("lenet5", 10, 1, 28)
+
+
+def test_channels_last_default_follows_the_model() -> None:
+    from calnotes.models import build_model
+
+    conv = Trainer(lenet(), device="cpu", progress=False)
+    assert conv.channels_last
+    weights = [p for p in conv.model.parameters() if p.ndim == 4]
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
+    assert not weights[1].is_contiguous()  # the first conv has one input channel
+    assert not Trainer(tiny_model(), device="cpu", progress=False).channels_last  # no conv
+    resnet = build_model("resnet8", 10, 1, 28)  # batch norm: NHWC rounds much more
+    assert not Trainer(resnet, device="cpu", progress=False).channels_last
+    assert Trainer(resnet, device="cpu", progress=False, channels_last=True).channels_last
+    assert not Trainer(lenet(), device="cpu", progress=False, channels_last=False).channels_last
+    with pytest.raises(TypeError, match="channels_last"):
+        Trainer(lenet(), device="cpu", channels_last="yes")
+
+
+def _sgd_steps(model: nn.Module, batches, dtype: torch.dtype) -> torch.Tensor:
+    """The Trainer's step written out (SGD, momentum 0.9, weight decay, constant lr)."""
+    model = model.to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    for x, y in batches:
+        loss = nn.functional.cross_entropy(model(x.to(dtype)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return torch.cat([p.detach().double().flatten() for p in model.parameters()])
+
+
+def test_channels_last_training_matches_nchw_up_to_float32_rounding() -> None:
+    from calnotes.training.trainer import _is_channels_last
+
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.rand(32, 1, 28, 28, generator=gen),
+                torch.randint(0, 10, (32,), generator=gen)) for _ in range(4)]
+    trained = {}
+    for layout in (True, False):
+        trainer = Trainer(lenet(), lr=0.05, weight_decay=5e-4, schedule="none", epochs=1,
+                          device="cpu", progress=False, channels_last=layout, threads=1)
+        trainer.fit(batches)
+        assert _is_channels_last(trainer.model) == layout
+        trained[layout] = torch.cat([p.detach().double().flatten()
+                                     for p in trainer.model.parameters()])
+    reference = _sgd_steps(lenet(), batches, torch.float64)
+    # Both layouts are float32 roundings of the same four steps (the sums of each
+    # convolution in another order): NHWC must stay as close to the float64 trajectory as
+    # NCHW does, up to a factor for the different orders (observed: 1.2x), with a floor
+    # of 4 float32 ulps of the largest parameter for an NCHW run that happens to be exact.
+    nchw_error = float((trained[False] - reference).abs().max())
+    nhwc_error = float((trained[True] - reference).abs().max())
+    floor = 4 * torch.finfo(torch.float32).eps * float(reference.abs().max())
+    assert nhwc_error <= 4 * max(nchw_error, floor), (nhwc_error, nchw_error, floor)
+
+
+def test_predict_logits_feeds_nhwc_models_nhwc_batches() -> None:
+    from calnotes.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("lenet5", 10, 3, 28).to(memory_format=torch.channels_last)
+    seen = []
+    model.register_forward_pre_hook(lambda _m, args: seen.append(
+        (args[0].is_contiguous(memory_format=torch.channels_last), args[0].is_contiguous())))
+    x = torch.rand(6, 3, 28, 28)
+    batch = [(x, torch.zeros(6, dtype=torch.long))]
+    logits, _ = predict_logits(model, batch)
+    assert seen == [(True, False)]
+    expected, _ = predict_logits(model.to(memory_format=torch.contiguous_format), batch)
+    assert seen[1] == (False, True)
+    # the same sums in another order: float32 rounding of logits of size ~1
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fit_uses_the_thread_count_and_restores_it() -> None:
+    before = torch.get_num_threads()
+    seen = []
+    trainer = Trainer(tiny_model(), epochs=2, device="cpu", progress=False, threads=1,
+                      epoch_callback=lambda *_: seen.append(torch.get_num_threads()))
+    train, val = make_loaders()
+    trainer.fit(train, val)
+    assert seen == [1, 1] and trainer.threads_used == 1
+    assert torch.get_num_threads() == before
+    kept = Trainer(tiny_model(), epochs=1, device="cpu", progress=False, threads=None)
+    kept.fit(train, val)
+    assert kept.threads_used == before
+
+
+@pytest.mark.parametrize(("threads", "error"), [(0, ValueError), ("many", TypeError),
+                                                (True, TypeError), (1.5, TypeError)])
+def test_threads_are_checked(threads, error) -> None:
+    with pytest.raises(error, match="threads"):
+        Trainer(tiny_model(), device="cpu", threads=threads)
+
+
+def test_auto_threads_are_asked_once_and_kept_for_a_resumed_run(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    import calnotes.training.trainer as training
+
+    answers = iter([1, 2])
+    monkeypatch.setattr(training, "auto_threads", lambda: next(answers))
+    seen = []
+
+    def record(epoch, _trainer, _record):
+        seen.append(torch.get_num_threads())
+        if epoch == 2 and len(seen) == 2:
+            raise KeyboardInterrupt  # stop after the second epoch's checkpoint
+
+    train, val = make_loaders()
+    first = Trainer(tiny_model(), epochs=4, device="cpu", progress=False,
+                    checkpoint_dir=tmp_path, epoch_callback=record)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(train, val)
+    # the interrupted epoch 2 has no checkpoint; epoch 1's recorded 1 thread
+    resumed = Trainer(tiny_model(), epochs=4, device="cpu", progress=False,
+                      checkpoint_dir=tmp_path, epoch_callback=record)
+    resumed.fit(train, val)  # auto_threads would now answer 2
+    assert seen == [1, 1, 1, 1, 1] and resumed.threads_used == 1
+    assert next(answers) == 2  # asked once only

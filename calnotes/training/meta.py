@@ -393,7 +393,7 @@ class MetaTrainer(Trainer):
 
     def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x_val, y_val = self._next_val_batch(self._val_loader)  # type: ignore[arg-type]
-        loss, logits, outer = self.train_step(x, y, x_val.to(self.device),
+        loss, logits, outer = self.train_step(x, y, self._input(x_val),
                                               y_val.to(self.device).long())
         self._outer_sum += outer.double()
         self._outer_steps += 1
@@ -421,7 +421,8 @@ class MetaTrainer(Trainer):
             return super().validate(loader)
         with eval_mode(self.model):
             both, labels = _collect_logits(self._logits_and_gamma, loader, self.device,
-                                           amp=self.amp, name="val_loader")
+                                           amp=self.amp, channels_last=self.channels_last,
+                                           name="val_loader")
         self._val_gamma = both[:, -1]
         return self._validation_metrics(both[:, :-1], labels)
 
@@ -436,5 +437,5 @@ class MetaTrainer(Trainer):
         from eval-mode features."""
         with eval_mode(self.model):
             both, _ = _collect_logits(self._logits_and_gamma, loader, self.device, amp=self.amp,
-                                      name="loader")
+                                      channels_last=self.channels_last, name="loader")
         return both[:, -1].cpu()

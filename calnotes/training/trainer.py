@@ -37,6 +37,7 @@ from calnotes._checks import (
     model_device,
 )
 from calnotes._io import atomic_write
+from calnotes._threads import auto_threads, cpu_threads
 from calnotes.losses import MixupLoss, mixup_batch
 
 __all__ = [
@@ -272,10 +273,39 @@ def predict_logits(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     dev = model_device(model) if device is None else select_device(device)
     with eval_mode(model):
-        logits, labels = _collect_logits(model, loader, dev)
+        logits, labels = _collect_logits(model, loader, dev,
+                                         channels_last=_is_channels_last(model))
     if logits.ndim != 2:
         raise ValueError(f"model must output (B, C) logits, got shape {tuple(logits.shape[1:])}")
     return logits.cpu(), labels.cpu()
+
+
+def _nhwc_pays(model: nn.Module) -> bool:
+    """Whether NHWC is the better CPU layout: the model has 2-d convolutions and no batch
+    norm (torch's NHWC batch norm on the CPU sums each channel's N H W terms one after the
+    other in float32; its outputs and gradients err 20-30x more than the NCHW kernel's,
+    and through a ResNet's chain of batch norms parameter gradients differed by up to 1%
+    from a float64 reference)."""
+    modules = list(model.modules())
+    return any(isinstance(m, nn.Conv2d) for m in modules) and not any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in modules
+    )
+
+
+def _is_channels_last(model: nn.Module) -> bool:
+    """Whether the model's 4-d weights (its 2-d convolutions) are stored NHWC."""
+    weights = [p for p in model.parameters() if p.ndim == 4]
+    return all(p.is_contiguous(memory_format=torch.channels_last) for p in weights) and any(
+        not p.is_contiguous() for p in weights  # one input channel: both layouts agree
+    )
+
+
+def _check_threads(threads: Any) -> int | str | None:
+    if threads is None or threads == "auto":
+        return threads
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads must be 'auto', None or an int, got {threads!r}")
+    return check_positive_int(threads, "threads")
 
 
 def _autocast(device: torch.device, enabled: bool):
@@ -342,8 +372,22 @@ class Trainer:
     Schedules: ``"cosine"`` is ``lr_e = lr (1 + cos(pi e / E)) / 2`` for epoch ``e`` of
     ``E``; ``"step"`` multiplies by ``gamma`` at each milestone (epochs, or fractions of
     ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
-    ``amp`` (bfloat16 autocast) and ``channels_last`` apply on CUDA only; on other devices
-    they are ignored with a warning. ``run_config`` (e.g. a
+    ``amp`` (bfloat16 autocast) applies on CUDA only and is ignored with a warning
+    elsewhere: on CPUs without bf16 instructions autocast made a ResNet-20 step 1.8x
+    slower. ``channels_last`` stores the model's weights and activations NHWC, the layout
+    oneDNN's CPU convolutions compute in (NCHW costs a reordering per convolution):
+    ``None`` (default) turns it on on the CPU for models with 2-d convolutions and no
+    batch norm (LeNet-5), whose results then agree with NCHW training up to float32
+    rounding, and leaves it off on CUDA. ``True`` forces it, also for batch-norm models
+    (ResNets), where it is faster but torch's NHWC batch norm rounds much more (see
+    ``_nhwc_pays``). ``threads`` is the number of intra-op CPU
+    threads during :meth:`fit`: ``"auto"`` (default, CPU only) asks
+    :func:`calnotes._threads.auto_threads` (the usable CPUs that other processes leave
+    free) once per run and keeps the answer in the checkpoint so that a resumed run uses
+    the same number; an int sets it; ``None`` leaves torch's setting. The previous setting
+    is restored when ``fit`` returns. ``compile`` wraps the model in ``torch.compile``
+    (off by default: on a CPU it paid 1.2x per ResNet-20 step after 3 minutes of
+    compiling, more than a chapter's run gains). ``run_config`` (e.g. a
     :func:`calnotes.runs.experiment.default_config`) describes the whole run, data included: a
     checkpoint is resumed only by a trainer of the same ``run_config``.
     """
@@ -364,7 +408,8 @@ class Trainer:
         epochs: int = 30,
         device: str | torch.device = "auto",
         amp: bool = False,
-        channels_last: bool = False,
+        channels_last: bool | None = None,
+        threads: int | str | None = "auto",
         compile: bool = False,
         checkpoint_dir: str | os.PathLike | None = None,
         progress: bool = True,
@@ -380,10 +425,15 @@ class Trainer:
             )
         if epoch_callback is not None and not callable(epoch_callback):
             raise TypeError("epoch_callback must be callable(epoch, trainer, record)")
-        for flag, value in [("nesterov", nesterov), ("amp", amp), ("channels_last", channels_last),
-                            ("compile", compile), ("progress", progress)]:
+        for flag, value in [("nesterov", nesterov), ("amp", amp), ("compile", compile),
+                            ("progress", progress)]:
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
+        if channels_last is not None and not isinstance(channels_last, bool):
+            raise TypeError(
+                f"channels_last must be a bool or None, got {type(channels_last).__name__}"
+            )
+        self.threads = _check_threads(threads)
         self.optimizer_name = check_choice(optimizer, "optimizer", OPTIMIZERS)
         self.schedule = check_choice(schedule, "schedule", SCHEDULES)
         self.lr = check_positive_float(lr, "lr")
@@ -401,12 +451,18 @@ class Trainer:
         self.device = select_device(device)
 
         on_cuda = self.device.type == "cuda"
-        for flag, value in [("amp", amp), ("channels_last", channels_last)]:
-            if value and not on_cuda:
-                warnings.warn(f"{flag}=True is ignored on device {self.device}", UserWarning,
-                              stacklevel=2)
+        if amp and not on_cuda:
+            warnings.warn(f"amp=True is ignored on device {self.device}", UserWarning,
+                          stacklevel=2)
+        if channels_last and self.device.type not in ("cpu", "cuda"):
+            warnings.warn(f"channels_last=True is ignored on device {self.device}",
+                          UserWarning, stacklevel=2)
         self.amp = amp and on_cuda
-        self.channels_last = channels_last and on_cuda
+        if channels_last is None:
+            channels_last = self.device.type == "cpu" and _nhwc_pays(model)
+        self.channels_last = channels_last and self.device.type in ("cpu", "cuda")
+        #: Intra-op threads of the last (or current) fit; None before the first.
+        self.threads_used: int | None = None
         self.progress = progress
         self.epoch_callback = epoch_callback
         self.loss_fn: LossFn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
@@ -523,6 +579,7 @@ class Trainer:
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "history": self.history.to_dict(),
             "rng": _rng_state(),
+            "threads": self.threads_used,
             **self._extra_state(),
         }
         _atomic_torch_save(state, path)
@@ -537,6 +594,8 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.history = History.from_dict(state["history"])
         self.epoch = int(state["epoch"])
+        if self.threads == "auto" and state.get("threads") is not None:
+            self.threads_used = int(state["threads"])
         self._load_extra_state(state)
         _set_rng_state(state["rng"])
 
@@ -552,6 +611,13 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         return loss.detach(), logits.detach()
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of inputs on the device, NHWC when the model is."""
+        x = x.to(self.device, non_blocking=True)
+        if self.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
 
     def _extend_record(self, record: dict[str, Any]) -> None:
         """Add fields to an epoch's record after validation (none here)."""
@@ -581,6 +647,21 @@ class Trainer:
             torch.manual_seed(self.seed)
         if self.epoch >= self.epochs:
             return self.history
+        with cpu_threads(self._threads_for_fit()) as threads:
+            self.threads_used = threads
+            return self._fit_epochs(train_loader, val_loader, tqdm)
+
+    def _threads_for_fit(self) -> int | None:
+        """Threads for this fit: an int as given; ``"auto"`` on the CPU: those a resumed
+        checkpoint recorded, else :func:`~calnotes._threads.auto_threads`."""
+        if self.threads == "auto":
+            if self.device.type != "cpu":
+                return None
+            return self.threads_used or auto_threads()
+        return cast(int | None, self.threads)
+
+    def _fit_epochs(self, train_loader: Iterable, val_loader: Iterable | None,
+                    tqdm: Any) -> History:
         try:
             n_batches: int | None = len(train_loader)  # type: ignore[arg-type]
         except TypeError:
@@ -612,10 +693,8 @@ class Trainer:
                        desc=f"epoch {index + 1}/{self.epochs}", disable=not self.progress,
                        dynamic_ncols=True)
         for x, y in batches:
-            x = x.to(self.device, non_blocking=True)
+            x = self._input(x)
             y = y.to(self.device, non_blocking=True)
-            if self.channels_last and x.ndim == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
             loss, logits = self._train_step(x, y)
             n = y.shape[0]
             loss_sum += loss.double() * n
