@@ -48,7 +48,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from calnotes._checks import as_tensor, check_choice, check_positive_int
+from calnotes._checks import (
+    as_tensor,
+    check_choice,
+    check_device,
+    check_label_range,
+    check_positive_int,
+)
 from calnotes._io import atomic_write as _atomic_write
 
 __all__ = [
@@ -297,6 +303,9 @@ class ImageData:
             )
         if labels.device != images.device:
             raise ValueError(f"labels are on {labels.device} but images on {images.device}")
+        lowest = int(labels.min()) if labels.numel() else 0
+        if lowest < 0:
+            raise ValueError(f"labels must be class indices >= 0, got a minimum of {lowest}")
         self.images = images
         self.labels = labels.long()
 
@@ -344,6 +353,14 @@ class DatasetSplits:
     std: tuple[float, ...]
     class_names: tuple[str, ...] = field(default_factory=tuple)
     allow_flip: bool = False
+
+    def __post_init__(self) -> None:
+        self.num_classes = check_positive_int(self.num_classes, "num_classes", minimum=2)
+        for split in ("train", "val", "test"):
+            data = getattr(self, split)
+            if not isinstance(data, ImageData):
+                raise TypeError(f"{split} must be an ImageData, got {type(data).__name__}")
+            check_label_range(data.labels, self.num_classes, f"{split} labels")
 
 
 def _check_seed(seed: Any, name: str = "seed") -> int:
@@ -1101,7 +1118,7 @@ class DeviceLoader:
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.device = torch.device(device)
+        self.device = check_device(device)
         self.data = data.to(self.device)
         c = self.data.images.shape[1]
         self.mean = _channel_vector(mean, c, "mean", self.device)
