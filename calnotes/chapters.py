@@ -7,14 +7,16 @@ user passes before anything runs: their names, their types (those of the default
 their values (the domain). A domain is one of
 
 * ``bool``, ``dict``;
-* ``int`` or ``float``, optionally bounded: ``int >= 1``, ``float > 0``,
-  ``float in [0, 1)``;
+* ``int`` or ``float``, optionally bounded: ``positive int`` (1, 2, ...),
+  ``nonnegative int``, ``positive float``, ``nonnegative float``, ``float > 0.5``,
+  ``float in [0, 1)``, ``int in [0, 9]`` (no ``>=``: papermill reads a second ``=`` on a
+  parameter's line as another assignment);
 * ``one of a, b, c`` (strings);
 * a name the library resolves: ``dataset``, ``model``, ``device``, ``ood set``,
   ``schedule``, ``resnet depth``;
 * ``list of D`` for a domain ``D`` (a non-empty list).
 
-Text after a ``;`` is a note for the reader: ``TRAIN_SUBSET = 0  # int >= 0; 0: all``.
+Text after a ``;`` is a note for the reader: ``SUBSET = 0  # nonnegative int; 0: all``.
 
 Command line (``python -m calnotes.chapters ...``)::
 
@@ -126,11 +128,13 @@ def parameter_domains(notebook: Any) -> dict[str, Domain]:
 
 # ------------------------------------------------------------------ parameter domains
 
-_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+_COMPARE = {">": operator.gt, "<": operator.lt}
+_SIGNS = {"positive": "> 0", "nonnegative": "in [0, inf)"}
 _NUMBER = re.compile(
     r"(?P<kind>int|float)"
-    r"(?:\s*(?P<op>>=|>|<=|<)\s*(?P<bound>[-+0-9.e]+)"
-    r"|\s+in\s+(?P<lo_b>[\[(])\s*(?P<lo>[-+0-9.e]+)\s*,\s*(?P<hi>[-+0-9.e]+)\s*(?P<hi_b>[\])]))?"
+    r"(?:\s*(?P<op>[<>])\s*(?P<bound>[-+0-9.e]+)"
+    r"|\s+in\s+(?P<lo_b>[\[(])\s*(?P<lo>-?inf|[-+0-9.e]+)\s*,"
+    r"\s*(?P<hi>inf|[-+0-9.e]+)\s*(?P<hi_b>[\])]))?"
 )
 
 
@@ -235,7 +239,8 @@ class Domain:
             return cls(text, lambda v: None if isinstance(v, kind) else f"a {text}")
         if text in NAMED_DOMAINS:
             return cls(text, NAMED_DOMAINS[text])
-        match = _NUMBER.fullmatch(text)
+        sign, _, kind = text.partition(" ")
+        match = _NUMBER.fullmatch(f"{kind} {_SIGNS[sign]}" if sign in _SIGNS else text)
         if match is None:
             raise ValueError(f"unknown domain {text!r}")
         return cls(text, _number_check(match, text))
@@ -260,7 +265,7 @@ def _number_check(match: re.Match[str], text: str) -> Callable[[Any], str | None
 
     def check(value: Any) -> str | None:
         ok = _is_number(value, kind) and math.isfinite(value) and all(t(value) for t in tests)
-        return None if ok else f"{'an' if kind == 'int' else 'a'} {text}"
+        return None if ok else f"{'an' if text[0] in 'aeiou' else 'a'} {text}"
 
     return check
 

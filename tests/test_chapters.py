@@ -101,26 +101,31 @@ def _notebook_with_parameters(source: str):
 
 
 def test_parameter_without_domain_or_outside_it_is_an_error():
-    nb = _notebook_with_parameters("SEED = 0  # int >= 0\nEPOCHS = 3\n")
+    nb = _notebook_with_parameters("SEED = 0  # nonnegative int\nEPOCHS = 3\n")
     with pytest.raises(ValueError, match="EPOCHS has no domain"):
         chapters.parameter_domains(nb)
     nb = _notebook_with_parameters("SEED = 0  # integer\n")
     with pytest.raises(ValueError, match="SEED: unknown domain 'integer'"):
         chapters.parameter_domains(nb)
-    nb = _notebook_with_parameters("N_BINS = 0  # int >= 1\n")
+    nb = _notebook_with_parameters("N_BINS = 0  # positive int\n")
     with pytest.raises(ValueError, match="default of N_BINS is outside its domain"):
         chapters.parameter_domains(nb)
-    nb = _notebook_with_parameters('XS = [1,\n      2]  # list of int >= 1; a note\n')
-    assert chapters.parameter_domains(nb)["XS"].text == "list of int >= 1"
+    nb = _notebook_with_parameters('XS = [1,\n      2]  # list of positive int; a note\n')
+    assert chapters.parameter_domains(nb)["XS"].text == "list of positive int"
 
 
 @pytest.mark.parametrize(
     ("domain", "good", "bad"),
     [
         ("bool", [True, False], [0, "yes"]),
-        ("int >= 1", [1, 500], [0, -1, 2.0, True]),
-        ("int >= 0", [0, 7], [-1]),
-        ("float > 0", [0.1, 3, 1e-9], [0, -0.5, float("inf")]),
+        ("positive int", [1, 500], [0, -1, 2.0, True]),
+        ("nonnegative int", [0, 7], [-1, 0.0]),
+        ("positive float", [0.1, 3, 1e-9], [0, -0.5, float("inf"), True]),
+        ("nonnegative float", [0, 0.0, 2.5], [-1e-9, float("nan")]),
+        ("float > 0.5", [0.6], [0.5]),
+        ("int < 3", [2, -4], [3]),
+        ("int in [0, 9]", [0, 9], [10, -1]),
+        ("float in (0, inf)", [1e300], [0, float("inf")]),
         ("float in [0, 1)", [0, 0.5], [1, 1.5, -0.1]),
         ("float in (0, 1]", [1, 0.5], [0]),
         ("one of cosine, step", ["step"], ["linear", 1]),
@@ -131,7 +136,7 @@ def test_parameter_without_domain_or_outside_it_is_an_error():
         ("ood set", ["mnist", "gaussian", "folder:/tmp/x"], ["noise"]),
         ("schedule", ["cosine", "step", "none"], ["linear"]),
         ("resnet depth", [8, 14, 110], [10, 2, 8.0]),
-        ("list of int >= 1", [[1], [10, 15]], [[], [0], 5, [1.5]]),
+        ("list of positive int", [[1], [10, 15]], [[], [0], 5, [1.5]]),
         ("list of dataset", [["mnist"]], [["mnist", "cifar11"]]),
     ],
 )
@@ -148,17 +153,18 @@ def test_domains(domain, good, bad):
 def test_domain_errors_list_the_allowed_values():
     assert "mnist, fashion_mnist" in chapters.Domain.parse("dataset").error("cifar11")
     assert "cosine, step, none" in chapters.Domain.parse("schedule").error("x")
-    with pytest.raises(ValueError, match="unknown domain"):
-        chapters.Domain.parse("int => 1")
+    for text in ("int => 1", "int >= 1", "positive", "integer"):
+        with pytest.raises(ValueError, match="unknown domain"):
+            chapters.Domain.parse(text)
 
 
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
         ("DEVICE", "tpu", "parameter DEVICE: expected a device"),
-        ("SEED", "-1", "parameter SEED: expected an int >= 0, got -1"),
+        ("SEED", "-1", "parameter SEED: expected a nonnegative int, got -1"),
         ("DATASET", "cifar11", "parameter DATASET: expected one of mnist"),
-        ("N_BINS", "0", "parameter N_BINS: expected an int >= 1, got 0"),
+        ("N_BINS", "0", "parameter N_BINS: expected a positive int, got 0"),
         ("MODEL", "resnet10", "parameter MODEL: expected a model name"),
     ],
 )
@@ -180,7 +186,7 @@ def test_cli_rejects_values_outside_the_domain_before_running(
     ("args", "message"),
     [
         (["-p", "EPOCS", "5"], "unknown parameter(s) EPOCS: no chapter takes them"),
-        (["-p", "N_BINS", "0"], "parameter N_BINS: expected an int >= 1, got 0"),
+        (["-p", "N_BINS", "0"], "parameter N_BINS: expected a positive int, got 0"),
         (["-p", "DEVICE", "tpu"], "parameter DEVICE"),
         (["-p", "EPOCHS", "2", "-p", "DEPTHS", "[8, 10]"], "parameter DEPTHS"),
     ],
@@ -197,7 +203,8 @@ def test_results_checks_every_parameter_before_the_first_chapter(
 
 def test_results_passes_each_parameter_to_the_chapters_that_take_it(monkeypatch, capsys):
     ran = {}
-    monkeypatch.setattr(chapters, "run_chapter", lambda name, params, out: ran.update({name: params}))
+    monkeypatch.setattr(chapters, "run_chapter",
+                        lambda name, params, out: ran.update({name: params}))
 
     class NoStore:
         def summary(self):

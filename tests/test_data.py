@@ -430,9 +430,10 @@ def test_labels_out_of_range_are_refused_where_the_bound_is_known() -> None:
     images = torch.zeros(3, 1, 4, 4, dtype=torch.uint8)
     with pytest.raises(ValueError, match="labels must be class indices >= 0"):
         ImageData(images, torch.tensor([0, -1, 2]))
-    good, big = ImageData(images, torch.tensor([0, 1, 2])), ImageData(images, torch.tensor([0, 5000, 2]))
+    good = ImageData(images, torch.tensor([0, 1, 2]))
+    big = ImageData(images, torch.tensor([0, 5000, 2]))
     stats = ((0.5,), (0.25,))
-    with pytest.raises(ValueError, match=r"test labels must lie in \[0, 10\); got values in \[0, 5000\]"):
+    with pytest.raises(ValueError, match=r"test labels must lie in \[0, 10\); got .*\[0, 5000\]"):
         DatasetSplits("x", good, good, big, 10, 1, 4, *stats)
     with pytest.raises(ValueError, match="num_classes"):
         DatasetSplits("x", good, good, good, 1, 1, 4, *stats)
