@@ -14,10 +14,11 @@ from calnotes import chapters
 #: Per chapter, parameters other than the book's (and cheap at SMOKE size).
 RERUNS = {
     "01": {"DATASET": "mnist", "EPOCHS": 2},
-    "02": {"DEPTHS": [8, 14], "WIDTHS": [8, 16], "WEIGHT_DECAYS": [0.0, 0.02]},
-    "03": {"POSITIVE_CLASS": 3},
+    "02": {"MODEL": "resnet8", "DEPTHS": [8, 14], "WIDTHS": [8, 16],
+           "WEIGHT_DECAYS": [0.0, 0.02]},
+    "03": {"POSITIVE_CLASS": 3, "DEEP_MODEL": "resnet8"},
     "04": {"OOD_SETS": ["mnist", "gaussian"], "TAU": 0.1},
-    "05": {"BIN_COUNTS": [10, 100]},
+    "05": {"MODEL": "resnet8", "BIN_COUNTS": [10, 100]},
 }
 
 

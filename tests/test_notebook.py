@@ -117,3 +117,23 @@ def test_every_chapter_checks_its_claims_with_the_shared_helper():
         assert f'claims = Claims("{number}", globals())' in text, path.name
         assert "claims.report()" in text, path.name
         assert "book_scale" not in text and "BOOK_SCALE" not in text, path.name
+
+
+def test_two_accuracy_paths_agree_within_the_argmax_ties_bound():
+    # Chapter 2's check: accuracy from a float64 log-softmax against the library's, from a
+    # float32 softmax. float16 logits tie exactly on some rows; there either path may pick
+    # either class, and a float32 mean of 0/1 values is rounded (so `< 1e-9` cannot hold).
+    from calnotes import metrics
+
+    g = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(5000, 10, generator=g)).half()
+    top = logits.argmax(dim=1)
+    logits[:400, 7] = logits[torch.arange(400), top[:400]]  # 400 exact ties for the top
+    labels = torch.randint(0, 10, (5000,), generator=g)
+    predicted = torch.log_softmax(logits.double(), dim=1).argmax(dim=1)
+    accuracy64 = float((predicted == labels).double().mean())
+    probs32 = torch.softmax(logits.float(), dim=1)
+    accuracy32 = float(metrics.confidences_and_correct(probs32, labels)[1].mean())
+    ties = notebook.argmax_ties(probs32)
+    assert ties >= 400 - (top[:400] == 7).sum()
+    assert abs(accuracy64 - accuracy32) <= ties / len(labels) + 1e-6
