@@ -7,7 +7,7 @@ CHAPTER ?=
 ARGS ?=
 DEVICE ?= auto
 
-.PHONY: help setup data test test-unit test-chapters book run results bench lint clean
+.PHONY: help setup data test test-unit test-chapters test-reruns book run results bench lint clean
 
 help:
 	@echo "make book      execute every chapter (default parameters) and build _build/html"
@@ -37,6 +37,11 @@ test-chapters: setup data
 	rm -rf _build/smoke
 	$(PY) -m calnotes.book smoke _build/smoke
 	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env _build/smoke
+
+# Every chapter at SMOKE size with other parameters, as a reader reruns it (the tests
+# marked `chapters`, which test-unit leaves out; .ci/run runs them on a second kernel family).
+test-reruns: setup data
+	$(PY) -m pytest -p no:cacheprovider -m chapters tests
 
 book: setup data
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache

@@ -16,10 +16,21 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Rows of ``probs`` must sum to 1 within this absolute tolerance. Loose enough for
-#: float16 logits pushed through a float32 softmax, tight enough to catch
-#: unnormalized scores or logits passed by mistake.
+#: Rows of ``probs`` must sum to 1 within this absolute tolerance (float32, float64 and
+#: float16 probabilities). Loose enough for float16 logits pushed through a float32
+#: softmax, tight enough to catch unnormalized scores or logits passed by mistake.
 PROB_SUM_ATOL = 1e-3
+
+
+def prob_sum_atol(dtype: torch.dtype) -> float:
+    """How far a row of ``probs`` stored in ``dtype`` may sum from 1.
+
+    Rounding each ``p_c`` to ``dtype`` moves the row sum by at most ``u * sum_c p_c = u``
+    (``u = eps / 2``, the unit roundoff), and a softmax computed in ``dtype`` errs by about
+    as much again, so ``eps`` bounds both. That is below :data:`PROB_SUM_ATOL` except for
+    bfloat16 (``eps = 2^-7``, about 0.0078), whose softmax rows may miss 1 by several 1e-3.
+    """
+    return max(PROB_SUM_ATOL, float(torch.finfo(dtype).eps))
 
 ArrayLike = torch.Tensor | np.ndarray
 
@@ -130,10 +141,11 @@ def check_probs(probs: Any, name: str = "probs") -> tuple[torch.Tensor, bool]:
     # float32 row sums err by ~1e-6 for C = 1000, far inside the tolerance.
     sums = t.sum(dim=1, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
     worst = float((sums.detach() - 1).abs().max())
-    if worst > PROB_SUM_ATOL:
+    atol = prob_sum_atol(t.dtype)
+    if worst > atol:
         raise ValueError(
-            f"rows of {name} must sum to 1 (tolerance {PROB_SUM_ATOL}); worst row is off by "
-            f"{worst:.3g}. Did you pass logits? Apply softmax first."
+            f"rows of {name} must sum to 1 (tolerance {atol:.3g} for {t.dtype}); worst row is "
+            f"off by {worst:.3g}. Did you pass logits? Apply softmax first."
         )
     return t, from_numpy
 
@@ -151,7 +163,44 @@ def check_labels(
         raise ValueError(f"{name} has length {t.shape[0]} but the predictions have {n} rows")
     if n == 0:
         raise ValueError(f"{name} is empty")
-    lo, hi = int(t.min()), int(t.max())
+    check_label_range(t, num_classes, name)
+    return t.long()
+
+
+def check_label_range(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
+    """``ValueError`` naming ``name`` unless every entry of integer ``labels`` is in
+    ``[0, num_classes)``. Reads the values: one device synchronisation off the CPU."""
+    if labels.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(labels.detach()))
     if lo < 0 or hi >= num_classes:
         raise ValueError(f"{name} must lie in [0, {num_classes}); got values in [{lo}, {hi}]")
-    return t.long()
+
+
+def check_device(device: Any, name: str = "device") -> torch.device:
+    """A CPU, CUDA or MPS ``torch.device`` that exists on this machine.
+
+    ``TypeError`` unless ``device`` is a str or ``torch.device``; ``ValueError`` naming
+    ``name`` for an unknown device string (``"tpu"``) or an accelerator that is absent.
+    """
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(
+                f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}"
+            ) from err
+    elif not isinstance(device, torch.device):
+        raise TypeError(f"{name} must be a str or torch.device, got {type(device).__name__}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} {str(device)!r} was requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{name} {str(device)!r} does not exist: "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+    elif device.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"{name} 'mps' was requested but MPS is not available")
+    elif device.type != "cpu":
+        raise ValueError(f"{name} must be a CPU, CUDA or MPS device, got {str(device)!r}")
+    return device

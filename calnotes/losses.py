@@ -2,8 +2,10 @@
 
 Every loss is an :class:`torch.nn.Module` with ``forward(logits (N, C), labels (N,))``
 returning the batch mean as a scalar (mixup has its own signature, see
-:class:`MixupLoss`). Hyper-parameters are validated in ``__init__``; ``forward`` only runs
-cheap shape and dtype checks so that it never forces a device synchronisation.
+:class:`MixupLoss`). Hyper-parameters are validated in ``__init__``. ``forward`` checks
+shapes and dtypes, and reads values (labels in ``[0, C)``, a per-sample ``gamma`` finite
+and ``>= 0``) only where that is free, on the CPU: on an accelerator it would force a
+device synchronisation at every step.
 
 Notation: ``p = softmax(z)``, ``p_y`` the probability of the true class, ``r = max_c p_c``
 the confidence, ``c = 1[argmax_c p_c == y]`` the correctness.
@@ -36,6 +38,7 @@ from calnotes._checks import (
     ArrayLike,
     as_tensor,
     check_choice,
+    check_label_range,
     check_labels,
     check_nonnegative_float,
     check_positive_float,
@@ -46,6 +49,7 @@ from calnotes._checks import (
 
 __all__ = [
     "LOSSES",
+    "CrossEntropyLoss",
     "DECELoss",
     "FLSD53",
     "FocalLoss",
@@ -54,6 +58,7 @@ __all__ = [
     "MMCELoss",
     "MixupLoss",
     "SECELoss",
+    "check_batch",
     "dece",
     "focal_loss",
     "make_loss",
@@ -67,8 +72,9 @@ __all__ = [
 
 
 
-def _check_batch(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> None:
-    """Cheap checks for ``forward``: types, shapes and dtypes only (no device sync)."""
+def check_batch(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> None:
+    """The checks of every ``forward`` (and of the trainers' steps): types, shapes and
+    dtypes, and on the CPU, where it costs no device synchronisation, labels in ``[0, C)``."""
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
     if not isinstance(labels, torch.Tensor):
@@ -83,9 +89,11 @@ def _check_batch(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels
             f"got {tuple(labels.shape)}"
         )
     if labels.dtype == torch.bool or torch.is_floating_point(labels) or labels.is_complex():
-        raise TypeError(f"{name} must have an integer dtype, got {labels.dtype}")
+        raise TypeError(f"{name} must have an integer dtype (class indices), got {labels.dtype}")
     if logits.shape[0] == 0:
         raise ValueError("logits is empty")
+    if labels.device.type == "cpu":  # free here; torch would raise an IndexError instead
+        check_label_range(labels, logits.shape[1], name)
 
 
 def _true_class_log_prob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -109,7 +117,7 @@ def focal_loss(
     clamp passes no gradient there, and the loss is 0 up to ``tiny^gamma * log p_y``).
     A scalar ``gamma == 0`` returns ``F.cross_entropy`` itself.
     """
-    _check_batch(logits, labels)
+    check_batch(logits, labels)
     if isinstance(gamma, torch.Tensor):
         if gamma.ndim == 0:
             gamma = gamma.to(logits.dtype)
@@ -120,6 +128,10 @@ def focal_loss(
             )
         if not torch.is_floating_point(gamma):
             gamma = gamma.to(logits.dtype)
+        if gamma.device.type == "cpu" and gamma.numel():  # free here (module docstring)
+            lo, hi = (float(v) for v in torch.aminmax(gamma.detach()))
+            if not (lo >= 0.0 and math.isfinite(hi)):  # NaN fails both comparisons
+                raise ValueError(f"gamma must be finite and >= 0, got values in [{lo}, {hi}]")
     else:
         gamma = check_nonnegative_float(gamma, "gamma")
         if gamma == 0.0:
@@ -165,7 +177,7 @@ class FLSD53(nn.Module):
     gamma_high: float = 3.0
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         with torch.no_grad():
             p_y = _true_class_log_prob(logits, labels).exp()
             gamma = torch.where(
@@ -196,7 +208,7 @@ class LabelSmoothingLoss(nn.Module):
         self.smoothing = smoothing
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         log_p = F.log_softmax(logits, dim=1)
         nll = -log_p.gather(1, labels.long().unsqueeze(1)).squeeze(1)
         uniform = -log_p.mean(dim=1)
@@ -258,8 +270,8 @@ class MixupLoss(nn.Module):
     def forward(
         self, logits: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float
     ) -> torch.Tensor:
-        _check_batch(logits, y_a, "y_a")
-        _check_batch(logits, y_b, "y_b")
+        check_batch(logits, y_a, "y_a")
+        check_batch(logits, y_b, "y_b")
         lam = check_nonnegative_float(lam, "lam")
         if lam > 1.0:
             raise ValueError(f"lam must lie in [0, 1], got {lam}")
@@ -309,7 +321,7 @@ class MMCELoss(nn.Module):
         self.bandwidth = check_positive_float(bandwidth, "bandwidth")
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         ce = F.cross_entropy(logits, labels)
         if self.weight == 0.0:
             return ce
@@ -398,7 +410,7 @@ class DECELoss(nn.Module):
         )
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         ce = F.cross_entropy(logits, labels)
         if self.weight == 0.0:
             return ce
@@ -443,7 +455,7 @@ class SECELoss(nn.Module):
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         from calnotes.metrics import sece
 
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         smooth = sece(F.softmax(logits, dim=1), labels, bandwidth=self.bandwidth,
                       method=self.method)
         loss = self.weight * cast(torch.Tensor, smooth)
@@ -498,7 +510,7 @@ class LogitNormLoss(nn.Module):
         return logits / (self.tau * (norm + self.eps))
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        _check_batch(logits, labels)
+        check_batch(logits, labels)
         return _accurate_cross_entropy(self.normalize(logits), labels.long()).mean()
 
     @staticmethod
@@ -522,9 +534,27 @@ class LogitNormLoss(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
+class CrossEntropyLoss(nn.CrossEntropyLoss):
+    """``torch.nn.CrossEntropyLoss`` with the labels checked like every loss here.
+
+    ``L = (1 - s) (-log p_y) + s * mean_c (-log p_c)`` for ``label_smoothing = s`` in
+    ``[0, 1)`` (``s = 0``: plain cross-entropy ``-log p_y``), averaged over the batch.
+    """
+
+    def __init__(self, label_smoothing: float = 0.0) -> None:
+        label_smoothing = check_nonnegative_float(label_smoothing, "label_smoothing")
+        if label_smoothing >= 1.0:
+            raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
+        super().__init__(label_smoothing=label_smoothing)
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        check_batch(logits, labels)
+        return super().forward(logits, labels)
+
+
 def _cross_entropy() -> nn.Module:
     """Plain cross-entropy ``-log p_y`` (mean over the batch)."""
-    return nn.CrossEntropyLoss()
+    return CrossEntropyLoss()
 
 
 #: Loss name -> factory; every factory's keyword arguments are the loss's hyper-parameters.

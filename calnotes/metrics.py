@@ -818,9 +818,13 @@ def nll(probs: ArrayLike, labels: ArrayLike, eps: float = 1e-12) -> torch.Tensor
 
     The probability of the true class is clamped from below at ``eps`` so that a confident
     mistake with :math:`p_{iy_i} = 0` (float32 softmax underflow) costs
-    :math:`-\log \epsilon` (27.6 for the default) instead of infinity.
+    :math:`-\log \epsilon` (27.6 for the default) instead of infinity. ``eps`` must lie
+    in ``(0, 0.5)``: the clamp guards against underflow only; a large ``eps`` would change
+    the NLL of ordinary predictions, and one above 1 would make it negative.
     """
     eps = check_positive_float(eps, "eps")
+    if eps >= 0.5:
+        raise ValueError(f"eps must lie in (0, 0.5), got {eps}")
     p, y, from_numpy = _prepare(probs, labels)
     p_true = p.gather(1, y.unsqueeze(1)).squeeze(1)
     value = -p_true.clamp(min=eps).to(_acc_dtype(p.device)).log().mean()

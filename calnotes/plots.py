@@ -16,7 +16,7 @@ import torch
 from matplotlib.axes import Axes
 
 from . import metrics
-from ._checks import check_positive_int, check_probs
+from ._checks import check_positive_float, check_positive_int, check_probs
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -38,9 +38,12 @@ def bootstrap_bin_accuracy(
     Resamples the N predictions with replacement ``n_boot`` times and returns the lower and
     upper ``level`` quantiles of the per-bin accuracy (NaN where a bin is empty).
     """
+    n_bins = check_positive_int(n_bins, "n_bins")
     n_boot = check_positive_int(n_boot, "n_boot")
-    if not 0 < level < 1:
+    level = check_positive_float(level, "level")
+    if level >= 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
+    seed = check_positive_int(seed, "seed", minimum=0)
     p, _ = check_probs(probs)
     conf, correct = metrics.confidences_and_correct(p, labels)
     conf_np, correct_np = _numpy(conf).astype(np.float64), _numpy(correct).astype(np.float64)
@@ -135,6 +138,7 @@ def confidence_histogram(
     title: str | None = None,
 ) -> Axes:
     """Histogram of top-label confidence with the mean accuracy and mean confidence marked."""
+    n_bins = check_positive_int(n_bins, "n_bins")
     ax = _axes(ax)
     conf, correct = metrics.confidences_and_correct(probs, labels)
     conf_np = _numpy(conf)

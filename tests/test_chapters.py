@@ -84,3 +84,146 @@ def test_smoke_preparation_injects_parameters(tmp_path):
     nb = json.loads(notebooks[0].read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "SMOKE = True" in "".join(injected[0]["source"])
+
+
+# ------------------------------------------------------------------ parameter domains
+
+
+def test_every_parameter_has_a_domain_holding_its_default():
+    for path in chapters.chapter_paths():
+        notebook = chapters.read_chapter(path)
+        domains = chapters.parameter_domains(notebook)  # raises on a default outside it
+        assert set(domains) == set(chapters.parameters_of(notebook)), path.name
+
+
+def _notebook_with_parameters(source: str):
+    nb = chapters.read_chapter(chapters.chapter_paths()[0])
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = source
+    return nb
+
+
+def test_parameter_without_domain_or_outside_it_is_an_error():
+    nb = _notebook_with_parameters("SEED = 0  # nonnegative int\nEPOCHS = 3\n")
+    with pytest.raises(ValueError, match="EPOCHS has no domain"):
+        chapters.parameter_domains(nb)
+    nb = _notebook_with_parameters("SEED = 0  # integer\n")
+    with pytest.raises(ValueError, match="SEED: unknown domain 'integer'"):
+        chapters.parameter_domains(nb)
+    nb = _notebook_with_parameters("N_BINS = 0  # positive int\n")
+    with pytest.raises(ValueError, match="default of N_BINS is outside its domain"):
+        chapters.parameter_domains(nb)
+    nb = _notebook_with_parameters('XS = [1,\n      2]  # list of positive int; a note\n')
+    assert chapters.parameter_domains(nb)["XS"].text == "list of positive int"
+
+
+@pytest.mark.parametrize(
+    ("domain", "good", "bad"),
+    [
+        ("bool", [True, False], [0, "yes"]),
+        ("positive int", [1, 500], [0, -1, 2.0, True]),
+        ("nonnegative int", [0, 7], [-1, 0.0]),
+        ("positive float", [0.1, 3, 1e-9], [0, -0.5, float("inf"), True]),
+        ("nonnegative float", [0, 0.0, 2.5], [-1e-9, float("nan")]),
+        ("float > 0.5", [0.6], [0.5]),
+        ("int < 3", [2, -4], [3]),
+        ("int in [0, 9]", [0, 9], [10, -1]),
+        ("float in (0, inf)", [1e300], [0, float("inf")]),
+        ("float in [0, 1)", [0, 0.5], [1, 1.5, -0.1]),
+        ("float in (0, 1]", [1, 0.5], [0]),
+        ("one of cosine, step", ["step"], ["linear", 1]),
+        ("dict", [{}, {"width": 8}], [[], "x"]),
+        ("dataset", ["mnist", "fashion_mnist", "cifar10"], ["cifar11", "MNIST"]),
+        ("model", ["lenet5", "resnet20", "wrn-16-4"], ["resnet10", "vgg16", 5]),
+        ("device", ["auto", "cpu"], ["tpu", "", 0]),
+        ("ood set", ["mnist", "gaussian", "folder:/tmp/x"], ["noise"]),
+        ("schedule", ["cosine", "step", "none"], ["linear"]),
+        ("resnet depth", [8, 14, 110], [10, 2, 8.0]),
+        ("list of positive int", [[1], [10, 15]], [[], [0], 5, [1.5]]),
+        ("list of dataset", [["mnist"]], [["mnist", "cifar11"]]),
+    ],
+)
+def test_domains(domain, good, bad):
+    parsed = chapters.Domain.parse(domain)
+    for value in good:
+        assert parsed.error(value) is None, (domain, value)
+    for value in bad:
+        message = parsed.error(value)
+        assert message is not None and message.startswith("expected "), (domain, value)
+        assert message.endswith(f"got {value!r}")
+
+
+def test_domain_errors_list_the_allowed_values():
+    assert "mnist, fashion_mnist" in chapters.Domain.parse("dataset").error("cifar11")
+    assert "cosine, step, none" in chapters.Domain.parse("schedule").error("x")
+    for text in ("int => 1", "int >= 1", "positive", "integer"):
+        with pytest.raises(ValueError, match="unknown domain"):
+            chapters.Domain.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("DEVICE", "tpu", "parameter DEVICE: expected a device"),
+        ("SEED", "-1", "parameter SEED: expected a nonnegative int, got -1"),
+        ("DATASET", "cifar11", "parameter DATASET: expected one of mnist"),
+        ("N_BINS", "0", "parameter N_BINS: expected a positive int, got 0"),
+        ("MODEL", "resnet10", "parameter MODEL: expected a model name"),
+    ],
+)
+def test_cli_rejects_values_outside_the_domain_before_running(
+    name, value, message, capsys, monkeypatch, tmp_path
+):
+    import papermill
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the chapter was executed")
+
+    monkeypatch.setattr(papermill, "execute_notebook", must_not_run)
+    assert chapters.main(["run", "01", "-p", name, value, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-p", "EPOCS", "5"], "unknown parameter(s) EPOCS: no chapter takes them"),
+        (["-p", "N_BINS", "0"], "parameter N_BINS: expected a positive int, got 0"),
+        (["-p", "DEVICE", "tpu"], "parameter DEVICE"),
+        (["-p", "EPOCHS", "2", "-p", "DEPTHS", "[8, 10]"], "parameter DEPTHS"),
+    ],
+)
+def test_results_checks_every_parameter_before_the_first_chapter(
+    args, message, capsys, monkeypatch
+):
+    ran = []
+    monkeypatch.setattr(chapters, "run_chapter", lambda *a, **k: ran.append(a))
+    assert chapters.main(["results", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert ran == []
+
+
+def test_results_passes_each_parameter_to_the_chapters_that_take_it(monkeypatch, capsys):
+    ran = {}
+    monkeypatch.setattr(chapters, "run_chapter",
+                        lambda name, params, out: ran.update({name: params}))
+
+    class NoStore:
+        def summary(self):
+            import pandas as pd
+
+            return pd.DataFrame()
+
+    import calnotes.runs.store
+
+    monkeypatch.setattr(calnotes.runs.store, "RunStore", NoStore)
+    assert chapters.main(["results", "-p", "DEPTHS", "[8, 14]", "-p", "SEED", "1"]) == 0
+    assert ran["02_diagnosing_miscalibration"] == {"DEPTHS": [8, 14], "SEED": 1}
+    assert ran["01_measuring_calibration"] == {"SEED": 1}
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_run_with_an_empty_chapter_is_a_usage_error(name, capsys):
+    assert chapters.main(["run", name]) == 2
+    assert "chapter must be named; chapters are: 01_" in capsys.readouterr().err

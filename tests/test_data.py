@@ -424,6 +424,36 @@ def test_image_data_validation_and_subset() -> None:
         ImageData(torch.zeros(5, 4, 4, dtype=torch.uint8), torch.arange(5))
 
 
+def test_labels_out_of_range_are_refused_where_the_bound_is_known() -> None:
+    images = torch.zeros(3, 1, 4, 4, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="labels must be class indices >= 0"):
+        ImageData(images, torch.tensor([0, -1, 2]))
+    good = ImageData(images, torch.tensor([0, 1, 2]))
+    big = ImageData(images, torch.tensor([0, 5000, 2]))
+    stats = ((0.5,), (0.25,))
+    with pytest.raises(ValueError, match=r"test labels must lie in \[0, 10\); got .*\[0, 5000\]"):
+        DatasetSplits("x", good, good, big, 10, 1, 4, *stats)
+    with pytest.raises(ValueError, match="num_classes"):
+        DatasetSplits("x", good, good, good, 1, 1, 4, *stats)
+    assert DatasetSplits("x", good, good, good, 3, 1, 4, *stats).num_classes == 3
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "match"),
+    [("tpu", ValueError, "device must be 'cpu', 'cuda'"), ("cuda:99", ValueError, "cuda"),
+     ("mps", ValueError, "mps"), (3, TypeError, "device must be a str")],
+)
+def test_make_loaders_names_a_bad_device(device, error, match) -> None:
+    if torch.cuda.is_available() and device == "cuda:99" and torch.cuda.device_count() > 99:
+        pytest.skip("a machine with 100 GPUs")
+    if device == "mps" and hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
+        pytest.skip("MPS is available here")
+    d = ImageData(torch.zeros(4, 1, 4, 4, dtype=torch.uint8), torch.tensor([0, 1, 0, 1]))
+    splits = DatasetSplits("x", d, d, d, 2, 1, 4, (0.5,), (0.25,))
+    with pytest.raises(error, match=match):
+        make_loaders(splits, 2, device=device)
+
+
 # --------------------------------------------------------------------------------------
 # DeviceLoader and augmentation
 # --------------------------------------------------------------------------------------

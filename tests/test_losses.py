@@ -475,3 +475,75 @@ def test_sece_loss_keeps_the_exact_sums_at_any_batch_size(monkeypatch):
     assert "method" not in repr(SECELoss())  # the default keeps checkpoint fingerprints
     with pytest.raises(ValueError, match="method"):
         SECELoss(method="fast")
+
+
+# ---------------------------------------------------------------------------------------
+# labels and gamma values (read on the CPU)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, 5, 5000])
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_every_loss_names_labels_out_of_range(name, bad):
+    logits, labels = _batch(n=6, c=5)
+    labels[2] = bad
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
+        make_loss(name)(logits, labels)
+
+
+def test_mixup_loss_names_labels_out_of_range_and_float_labels():
+    logits, labels = _batch(n=6, c=5)
+    bad = labels.clone()
+    bad[0] = 5
+    with pytest.raises(ValueError, match=r"y_b must lie in \[0, 5\)"):
+        MixupLoss()(logits, labels, bad, 0.5)
+    with pytest.raises(TypeError, match="y_a must have an integer dtype"):
+        MixupLoss()(logits, labels.float(), labels, 0.5)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_every_loss_refuses_float_labels_naming_them(name):
+    logits, labels = _batch(n=6, c=5)
+    with pytest.raises(TypeError, match="labels must have an integer dtype"):
+        make_loss(name)(logits, labels.float())
+
+
+@pytest.mark.parametrize("gamma", [-0.5, float("nan"), float("inf")])
+def test_focal_refuses_a_negative_or_nan_gamma_tensor(gamma):
+    logits, labels = _batch(n=6)
+    per_sample = torch.full((6,), 2.0, dtype=logits.dtype)
+    per_sample[3] = gamma
+    with pytest.raises(ValueError, match="gamma must be finite and >= 0"):
+        FocalLoss()(logits, labels, gamma=per_sample)
+    with pytest.raises(ValueError, match="gamma must be finite and >= 0"):
+        FocalLoss()(logits, labels, gamma=torch.tensor(gamma))
+
+
+def test_make_loss_checks_option_values():
+    from calnotes.runs import experiment as experiments
+
+    for build in (experiments.make_loss, make_loss):
+        with pytest.raises(ValueError, match="smoothing"):
+            build("label_smoothing", smoothing=-1.0)
+    for value in (-1.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="label_smoothing"):
+            experiments.make_loss("ce", label_smoothing=value)
+    logits, labels = _batch(n=6, c=5)
+    smoothed = experiments.make_loss("ce", label_smoothing=0.1)(logits, labels)
+    torch.testing.assert_close(smoothed, F.cross_entropy(logits, labels, label_smoothing=0.1))
+
+
+def test_sece_loss_accepts_bfloat16_logits():
+    # A bfloat16 softmax rounds every probability to 8 significant bits: its rows miss 1
+    # by up to a few 1e-3, more than the float32 tolerance of the probability checks.
+    g = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(512, 100, generator=g)).bfloat16().requires_grad_(True)
+    labels = torch.randint(0, 100, (512,), generator=g)
+    probs = F.softmax(logits, dim=1)
+    assert float((probs.float().sum(1) - 1).abs().max()) > 1e-3
+    loss = SECELoss()(logits, labels)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(logits.grad.float()).all()
+    reference = SECELoss()(logits.detach().float(), labels)
+    assert abs(float(loss) - float(reference)) < 0.02  # bfloat16 rounding of the inputs

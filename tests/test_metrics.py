@@ -135,6 +135,32 @@ def test_nll_clamp():
     assert M.nll(p, y, eps=1e-3) == pytest.approx((-math.log(1e-3) - math.log(0.5)) / 2)
 
 
+@pytest.mark.parametrize("eps", [2.0, 1.0, 0.5, 0.0, -1e-3, float("nan")])
+def test_nll_refuses_eps_outside_zero_half(eps):
+    p = np.array([[0.9, 0.1], [0.2, 0.8]])
+    with pytest.raises(ValueError, match="eps"):
+        M.nll(p, np.array([0, 1]), eps=eps)
+
+
+def test_bfloat16_softmax_probabilities_are_accepted():
+    # A bfloat16 softmax rounds each probability to 8 significant bits, so rows miss 1 by
+    # up to a few 1e-3; the tolerance follows the dtype (eps of bfloat16, 2^-7).
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(2000, 100, generator=g)
+    labels = torch.randint(0, 100, (2000,), generator=g)
+    p16 = torch.softmax(logits.bfloat16(), dim=1)
+    assert float((p16.float().sum(1) - 1).abs().max()) > 1e-3
+    p32 = torch.softmax(logits, dim=1)
+    for fn in (M.ece, M.nll, M.brier, M.sece, M.classwise_ece):
+        value = float(fn(p16, labels))
+        assert math.isfinite(value), fn.__name__
+        assert value == pytest.approx(float(fn(p32, labels)), abs=0.05), fn.__name__
+    with pytest.raises(ValueError, match="tolerance 0.0078"):  # unnormalized rows still fail
+        M.ece((p16 * 1.02).clamp(max=1), labels)
+    with pytest.raises(ValueError, match="tolerance 0.001 for torch.float32"):
+        M.ece((p32 * 1.01).clamp(max=1), labels)
+
+
 def test_error_ties_go_to_first_class():
     p = np.array([[0.5, 0.5], [0.5, 0.5]])
     assert M.error(p, np.array([0, 0])) == 0.0
@@ -274,9 +300,15 @@ def test_ace_equals_nixon_formula_when_ranges_are_equal():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_float32_input_close_to_float64_reference(seed):
+    # Two paths on the same values: float32 (ours) and float64 (the reference, on the
+    # float32 values upcast exactly). Sums differ by float32 rounding (well below 1e-6).
+    # The bin rules agree unless a float32 value equals a float32-rounded edge, which the
+    # data, fixed by the seed to well under a float32 ulp on any CPU, do not contain.
     p, y = make_data(seed, 300, 7)
     p32 = p.astype(np.float32)
     p64 = p32.astype(np.float64)
+    edges32 = (np.arange(16) / 15).astype(np.float32)
+    assert not np.isin(p32, edges32[1:-1]).any()
     assert M.ece(p32, y) == pytest.approx(ref.ece(p64, y), abs=1e-6)
     assert M.ace(p32, y) == pytest.approx(ref.ace(p64, y), abs=1e-6)
     assert M.classwise_ece(p32, y) == pytest.approx(ref.classwise_ece(p64, y), abs=1e-6)

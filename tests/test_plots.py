@@ -87,6 +87,31 @@ def test_bad_input_names_the_argument(predictions):
         plots.bootstrap_bin_accuracy(probs, labels, n_boot=0)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"n_bins": 0}, ValueError, "n_bins"),
+        ({"n_bins": 2.5}, TypeError, "n_bins"),
+        ({"level": 0.0}, ValueError, "level"),
+        ({"level": float("nan")}, ValueError, "level"),
+        ({"level": "0.9"}, TypeError, "level"),
+        ({"seed": -1}, ValueError, "seed"),
+        ({"seed": 0.5}, TypeError, "seed"),
+    ],
+)
+def test_bootstrap_checks_bins_level_and_seed(predictions, kwargs, error, name):
+    probs, labels = predictions
+    with pytest.raises(error, match=name):
+        plots.bootstrap_bin_accuracy(probs, labels, **kwargs)
+
+
+@pytest.mark.parametrize("n_bins", [0, -3])
+def test_confidence_histogram_checks_n_bins(predictions, n_bins):
+    probs, labels = predictions
+    with pytest.raises(ValueError, match="n_bins"):
+        plots.confidence_histogram(probs, labels, n_bins=n_bins)
+
+
 def test_bootstrap_bars_only_for_populated_bins(predictions):
     probs, labels = predictions
     counts = np.asarray(metrics.reliability_bins(probs, labels, n_bins=10).counts)

@@ -275,6 +275,25 @@ def test_epoch_callback_adds_columns_and_custom_loss() -> None:
     assert "val_loss" not in history.columns
 
 
+@pytest.mark.parametrize("trainer", [Trainer, MixupTrainer])
+@pytest.mark.parametrize("bad", [-1, 3, 5000])
+def test_fit_names_labels_out_of_range(trainer, bad) -> None:
+    x, y = blobs(n=64)
+    y = y.clone()
+    y[40] = bad
+    loader = TensorLoader(x, y, shuffle=False)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        trainer(tiny_model(), epochs=1, device="cpu", progress=False).fit(loader)
+
+
+@pytest.mark.parametrize("trainer", [Trainer, MixupTrainer])
+def test_fit_names_float_labels(trainer) -> None:
+    x, y = blobs(n=64)
+    loader = TensorLoader(x, y.float(), shuffle=False)
+    with pytest.raises(TypeError, match="labels must have an integer dtype"):
+        trainer(tiny_model(), epochs=1, device="cpu", progress=False).fit(loader)
+
+
 def test_divergence_is_reported() -> None:
     def nan_loss(logits, labels):
         return logits.sum() * float("nan")

@@ -1,8 +1,22 @@
 """Run the book's chapters as notebooks: with parameters, in SMOKE mode, or to fill results/.
 
 Chapters are MyST-markdown notebooks (``book/NN_slug.md``). Papermill cannot read them
-directly, so each is converted with jupytext first; the cell tagged ``parameters`` holds
-literals only, which lets us check the parameters a user passes before anything runs.
+directly, so each is converted with jupytext first. The cell tagged ``parameters`` holds
+one ``NAME = literal  # domain`` line per parameter, which lets us check the parameters a
+user passes before anything runs: their names, their types (those of the defaults) and
+their values (the domain). A domain is one of
+
+* ``bool``, ``dict``;
+* ``int`` or ``float``, optionally bounded: ``positive int`` (1, 2, ...),
+  ``nonnegative int``, ``positive float``, ``nonnegative float``, ``float > 0.5``,
+  ``float in [0, 1)``, ``int in [0, 9]`` (no ``>=``: papermill reads a second ``=`` on a
+  parameter's line as another assignment);
+* ``one of a, b, c`` (strings);
+* a name the library resolves: ``dataset``, ``model``, ``device``, ``ood set``,
+  ``schedule``, ``resnet depth``;
+* ``list of D`` for a domain ``D`` (a non-empty list).
+
+Text after a ``;`` is a note for the reader: ``SUBSET = 0  # nonnegative int; 0: all``.
 
 Command line (``python -m calnotes.book ...``)::
 
@@ -16,8 +30,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
+import math
+import operator
+import re
 import sys
 import time
+import tokenize
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +53,12 @@ def chapter_paths(book_dir: Path = BOOK_DIR) -> list[Path]:
 
 def resolve_chapter(name: str, book_dir: Path = BOOK_DIR) -> Path:
     """Find a chapter by file name, stem, number (``01``) or slug (``measuring_calibration``)."""
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"chapter must be a non-empty string, got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"chapter must be a string, got {type(name).__name__}")
     candidates = chapter_paths(book_dir)
+    if not name.strip():
+        listing = ", ".join(p.stem for p in candidates) or "(none)"
+        raise ValueError(f"chapter must be named; chapters are: {listing}")
     for path in candidates:
         if name in (path.name, path.stem, path.stem[:2], path.stem[3:]):
             return path
@@ -49,18 +73,201 @@ def read_chapter(path: Path) -> Any:
     return jupytext.read(path, fmt="md:myst")
 
 
-def parameters_of(notebook: Any) -> dict[str, Any]:
-    """Names and default values of the cell tagged ``parameters`` (literals only)."""
+def _parameters_cell(notebook: Any) -> str:
     for cell in notebook.cells:
         if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
-            params: dict[str, Any] = {}
-            for node in ast.parse(cell.source).body:
-                if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                        and isinstance(node.targets[0], ast.Name)):
-                    raise ValueError("the parameters cell may hold only `NAME = literal` lines")
-                params[node.targets[0].id] = ast.literal_eval(node.value)
-            return params
+            return str(cell.source)
     raise ValueError("this chapter has no cell tagged 'parameters'")
+
+
+def _assignments(source: str) -> list[ast.Assign]:
+    nodes = ast.parse(source).body
+    for node in nodes:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            raise ValueError("the parameters cell may hold only `NAME = literal` lines")
+    return nodes  # type: ignore[return-value]
+
+
+def parameters_of(notebook: Any) -> dict[str, Any]:
+    """Names and default values of the cell tagged ``parameters`` (literals only)."""
+    return {node.targets[0].id: ast.literal_eval(node.value)  # type: ignore[attr-defined]
+            for node in _assignments(_parameters_cell(notebook))}
+
+
+def parameter_domains(notebook: Any) -> dict[str, Domain]:
+    """The domain of every parameter, from the comment that ends its line.
+
+    Raises ``ValueError`` naming each parameter without a domain, or with one that does
+    not parse, and each default that lies outside its own domain.
+    """
+    source = _parameters_cell(notebook)
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+                if tok.type == tokenize.COMMENT}
+    domains: dict[str, Domain] = {}
+    problems = []
+    for node in _assignments(source):
+        name = node.targets[0].id  # type: ignore[attr-defined]
+        text = comments.get(node.end_lineno or node.lineno, "").split(";")[0].strip()
+        if not text:
+            problems.append(f"{name} has no domain (end its line with `# domain`)")
+            continue
+        try:
+            domains[name] = Domain.parse(text)
+        except ValueError as err:
+            problems.append(f"{name}: {err}")
+            continue
+        error = domains[name].error(ast.literal_eval(node.value))
+        if error:
+            problems.append(f"the default of {name} is outside its domain: {error}")
+    if problems:
+        raise ValueError("parameters cell: " + "; ".join(problems))
+    return domains
+
+
+# ------------------------------------------------------------------ parameter domains
+
+_COMPARE = {">": operator.gt, "<": operator.lt}
+_SIGNS = {"positive": "> 0", "nonnegative": "in [0, inf)"}
+_NUMBER = re.compile(
+    r"(?P<kind>int|float)"
+    r"(?:\s*(?P<op>[<>])\s*(?P<bound>[-+0-9.e]+)"
+    r"|\s+in\s+(?P<lo_b>[\[(])\s*(?P<lo>-?inf|[-+0-9.e]+)\s*,"
+    r"\s*(?P<hi>inf|[-+0-9.e]+)\s*(?P<hi_b>[\])]))?"
+)
+
+
+def _is_number(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+
+
+def _dataset(value: Any) -> str | None:
+    from calnotes.data import DATASETS
+
+    return None if value in DATASETS else f"one of {', '.join(DATASETS)}"
+
+
+def _ood_set(value: Any) -> str | None:
+    from calnotes.data import DATASETS, OOD_NOISE
+
+    names = (*DATASETS, *OOD_NOISE)
+    if value in names or (isinstance(value, str) and value.startswith("folder:")):
+        return None
+    return f"one of {', '.join(names)}, or folder:<path>"
+
+
+def _model(value: Any) -> str | None:
+    import torch
+
+    from calnotes.models import build_model
+
+    if not isinstance(value, str):
+        return "a model name"
+    try:
+        with torch.device("meta"):  # builds the modules without allocating their weights
+            build_model(value, num_classes=10)
+    except ValueError as err:
+        return f"a model name ({err})"
+    return None
+
+
+def _device(value: Any) -> str | None:
+    from calnotes.training import select_device
+
+    try:
+        select_device(value)
+    except (TypeError, ValueError) as err:
+        return f"a device available here ({err})"
+    return None
+
+
+def _schedule(value: Any) -> str | None:
+    from calnotes.training.trainer import SCHEDULES
+
+    return None if value in SCHEDULES else f"one of {', '.join(SCHEDULES)}"
+
+
+def _resnet_depth(value: Any) -> str | None:
+    ok = _is_number(value, "int") and value >= 8 and (value - 2) % 6 == 0
+    return None if ok else "a CIFAR ResNet depth 6n + 2 (8, 14, 20, 32, 44, 56, 110, ...)"
+
+
+#: Domains the library resolves: name -> function(value) giving None when the value is
+#: allowed, else a description of the allowed values.
+NAMED_DOMAINS: dict[str, Callable[[Any], str | None]] = {
+    "dataset": _dataset,
+    "model": _model,
+    "device": _device,
+    "ood set": _ood_set,
+    "schedule": _schedule,
+    "resnet depth": _resnet_depth,
+}
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a chapter parameter may take, parsed from its ``# domain`` comment."""
+
+    text: str
+    check: Callable[[Any], str | None]
+
+    @classmethod
+    def parse(cls, text: str) -> Domain:
+        """Parse a domain (see the module docstring); ``ValueError`` if it does not parse."""
+        text = " ".join(text.split())
+        if text.startswith("list of "):
+            inner = cls.parse(text[len("list of "):])
+
+            def check_list(value: Any) -> str | None:
+                if not isinstance(value, list) or not value:
+                    return f"a non-empty list of {inner.text}"
+                for item in value:
+                    problem = inner.check(item)
+                    if problem:
+                        return f"a list of {inner.text} ({item!r} is not {problem})"
+                return None
+
+            return cls(text, check_list)
+        if text.startswith("one of "):
+            choices = tuple(c.strip() for c in text[len("one of "):].split(","))
+            return cls(text, lambda v: None if v in choices else f"one of {', '.join(choices)}")
+        if text in ("bool", "dict"):
+            expected: type = bool if text == "bool" else dict
+            return cls(text, lambda v: None if isinstance(v, expected) else f"a {text}")
+        if text in NAMED_DOMAINS:
+            return cls(text, NAMED_DOMAINS[text])
+        sign, _, kind = text.partition(" ")
+        match = _NUMBER.fullmatch(f"{kind} {_SIGNS[sign]}" if sign in _SIGNS else text)
+        if match is None:
+            raise ValueError(f"unknown domain {text!r}")
+        return cls(text, _number_check(match, text))
+
+    def error(self, value: Any) -> str | None:
+        """None if ``value`` lies in the domain, else a message with the allowed values."""
+        problem = self.check(value)
+        return None if problem is None else f"expected {problem}, got {value!r}"
+
+
+def _number_check(match: re.Match[str], text: str) -> Callable[[Any], str | None]:
+    kind = match["kind"]
+    tests: list[Callable[[Any], bool]] = []
+    if match["op"]:
+        op, bound = _COMPARE[match["op"]], float(match["bound"])
+        tests.append(lambda v: op(v, bound))
+    elif match["lo"]:
+        lo, hi = float(match["lo"]), float(match["hi"])
+        lo_op = operator.ge if match["lo_b"] == "[" else operator.gt
+        hi_op = operator.le if match["hi_b"] == "]" else operator.lt
+        tests.append(lambda v: lo_op(v, lo) and hi_op(v, hi))
+
+    def check(value: Any) -> str | None:
+        ok = _is_number(value, kind) and math.isfinite(value) and all(t(value) for t in tests)
+        return None if ok else f"{'an' if text[0] in 'aeiou' else 'a'} {text}"
+
+    return check
 
 
 def parse_value(text: str) -> Any:
@@ -71,8 +278,11 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def check_parameters(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """Reject unknown names and values whose type does not match the default's.
+def check_parameters(
+    defaults: dict[str, Any], given: dict[str, Any], domains: dict[str, Domain] | None = None
+) -> dict[str, Any]:
+    """Reject unknown names, values whose type does not match the default's, and values
+    outside the parameter's domain (when ``domains`` are given), naming the allowed ones.
 
     An int given for a float parameter becomes a float (``-p WEIGHT_DECAY 0`` is ``0.0``),
     so the runs it configures are the ones the default spelling names.
@@ -100,8 +310,13 @@ def check_parameters(defaults: dict[str, Any], given: dict[str, Any]) -> dict[st
                 f"parameter {name} expects {type(default).__name__} (default {default!r}), "
                 f"got {value!r}"
             )
-    return {name: float(value) if isinstance(defaults[name], float) else value
-            for name, value in given.items()}
+    checked = {name: float(value) if isinstance(defaults[name], float) else value
+               for name, value in given.items()}
+    for name, value in checked.items():
+        error = domains[name].error(value) if domains and name in domains else None
+        if error:
+            raise ValueError(f"parameter {name}: {error}")
+    return checked
 
 
 def run_chapter(
@@ -117,7 +332,8 @@ def run_chapter(
 
     path = resolve_chapter(name)
     notebook = read_chapter(path)
-    params = check_parameters(parameters_of(notebook), dict(parameters or {}))
+    params = check_parameters(parameters_of(notebook), dict(parameters or {}),
+                              parameter_domains(notebook))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "" if prepare_only else "-" + time.strftime("%Y%m%d-%H%M%S")
@@ -152,7 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             for path in chapter_paths():
-                print(f"{path.stem}: {parameters_of(read_chapter(path))}")
+                notebook = read_chapter(path)
+                domains = parameter_domains(notebook)
+                print(path.stem)
+                for name, default in parameters_of(notebook).items():
+                    print(f"    {name} = {default!r}  # {domains[name].text}")
         elif args.command == "run":
             out = run_chapter(args.chapter, _collect(args.parameter), Path(args.out))
             print(f"executed notebook: {out}")
@@ -166,19 +386,33 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"prepared {out}")
         elif args.command == "results":
             return _results(_collect(args.parameter))
-    except ValueError as err:
+    except (TypeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
 
 
 def _results(parameters: dict[str, Any]) -> int:
-    """Execute every chapter at default scale so its stored runs exist, then summarize."""
+    """Execute every chapter at default scale so its stored runs exist, then summarize.
+
+    Each parameter goes to the chapters that take it; every one is checked against every
+    such chapter before the first runs, and a name no chapter takes is an error.
+    """
     from calnotes.runs.store import RunStore
 
+    per_chapter = {}
     for path in chapter_paths():
-        defaults = parameters_of(read_chapter(path))
+        notebook = read_chapter(path)
+        defaults = parameters_of(notebook)
         params = {k: v for k, v in parameters.items() if k in defaults}
+        per_chapter[path] = check_parameters(defaults, params, parameter_domains(notebook))
+    taken = {name for params in per_chapter.values() for name in params}
+    unknown = sorted(set(parameters) - taken)
+    if unknown:
+        known = sorted({k for p in chapter_paths() for k in parameters_of(read_chapter(p))})
+        raise ValueError(f"unknown parameter(s) {', '.join(unknown)}: no chapter takes them; "
+                         f"the chapters take: {', '.join(known)}")
+    for path, params in per_chapter.items():
         start = time.perf_counter()
         print(f"== {path.stem} {params or ''}", flush=True)
         run_chapter(path.stem, params, REPO_ROOT / "_build" / "results")

@@ -1,7 +1,9 @@
-"""Small helpers the chapters share: set-up, where runs are stored, provenance lines."""
+"""Small helpers the chapters share: set-up, where runs are stored, glued numbers, and the
+checks of the prose's claims."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -9,7 +11,9 @@ import torch
 from calnotes.runs.store import chapter_run
 from calnotes.training import seed_everything, select_device
 
-__all__ = ["chapter_run", "glue", "setup_chapter"]
+__all__ = [
+    "Claims", "argmax_ties", "changed_parameters", "chapter_run", "glue", "setup_chapter",
+]
 
 
 def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> torch.device:
@@ -37,3 +41,79 @@ def glue(name: str, value: Any) -> None:
     elif hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         value = value.item()
     myst_glue(name, value, display=False)
+
+
+def argmax_ties(scores: torch.Tensor, rtol: float = 1e-6) -> int:
+    """Rows of ``scores (N, C)`` whose two largest entries agree within ``rtol`` (relative).
+
+    Two computations of the predictions from the same logits (float32 and float64
+    softmax, or two CPU kernel families) can pick different argmaxes only on such rows,
+    since each errs by a few units of float32 rounding (about 1e-7) at most. Accuracies
+    computed along two paths may therefore differ by up to ``argmax_ties / N``.
+    """
+    top2 = scores.detach().double().topk(2, dim=1).values
+    return int((top2[:, 0] - top2[:, 1] <= rtol * top2[:, 0].abs()).sum())
+
+
+def changed_parameters(chapter: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of ``chapter`` whose value in ``namespace`` (a notebook's
+    ``globals()``) differs from the default in its parameters cell: ``{name: value}``.
+
+    Empty exactly at the book's own parameters, those ``make book`` runs.
+    """
+    from calnotes.book.chapters import parameters_of, read_chapter, resolve_chapter
+
+    defaults = parameters_of(read_chapter(resolve_chapter(chapter)))
+    missing = sorted(set(defaults) - set(namespace))
+    if missing:
+        raise ValueError(f"namespace lacks the parameter(s) {', '.join(missing)} of {chapter}")
+    return {k: namespace[k] for k, v in defaults.items() if namespace[k] != v}
+
+
+class Claims:
+    """What a chapter's prose says about its results, checked where the prose says it.
+
+    ``claims = Claims("01", globals())``, one ``claims.add(description, holds)`` per claim,
+    then ``claims.report()``. At the book's own parameters (every parameter at the default
+    of the chapter's parameters cell, as ``make book`` runs it) a failed claim raises an
+    ``AssertionError`` naming every claim that fails. At any other parameters the prose
+    was not written for the numbers, so the chapter completes and prints which claims
+    hold there. (Checks that hold at any parameters, such as a from-scratch computation
+    agreeing with the library, are plain ``assert`` statements, not claims.)
+    """
+
+    def __init__(self, chapter: str, namespace: Mapping[str, Any]) -> None:
+        self.chapter = chapter
+        self.changed = changed_parameters(chapter, namespace)
+        self.results: dict[str, bool] = {}
+
+    @property
+    def at_book_parameters(self) -> bool:
+        return not self.changed
+
+    def add(self, description: str, holds: Any) -> None:
+        """Record one claim; ``holds`` is anything ``bool()`` reads (a numpy bool, ...)."""
+        if not isinstance(description, str) or not description:
+            raise TypeError(f"description must be a non-empty str, got {description!r}")
+        if description in self.results:
+            raise ValueError(f"claim {description!r} was added twice")
+        self.results[description] = bool(holds)
+
+    @property
+    def failed(self) -> list[str]:
+        return [claim for claim, holds in self.results.items() if not holds]
+
+    def report(self) -> None:
+        """Raise at the book's parameters if a claim fails; elsewhere print the table."""
+        if self.at_book_parameters:
+            if self.failed:
+                raise AssertionError(
+                    f"claims of chapter {self.chapter} that do not hold at the book's "
+                    f"parameters: {'; '.join(self.failed)}"
+                )
+            return
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.changed.items())
+        print(f"The prose was written for the book's parameters. At these ({changed}), "
+              f"{len(self.failed)} of its {len(self.results)} claims do not hold:")
+        for claim, holds in self.results.items():
+            print(f"  {'holds ' if holds else 'FAILS '} {claim}")

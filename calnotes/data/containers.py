@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from calnotes._checks import as_tensor, check_positive_int
+from calnotes._checks import as_tensor, check_label_range, check_positive_int
 
 __all__ = ["DatasetSplits", "ImageData"]
 
@@ -40,6 +40,9 @@ class ImageData:
             )
         if labels.device != images.device:
             raise ValueError(f"labels are on {labels.device} but images on {images.device}")
+        lowest = int(labels.min()) if labels.numel() else 0
+        if lowest < 0:
+            raise ValueError(f"labels must be class indices >= 0, got a minimum of {lowest}")
         self.images = images
         self.labels = labels.long()
 
@@ -87,6 +90,14 @@ class DatasetSplits:
     std: tuple[float, ...]
     class_names: tuple[str, ...] = field(default_factory=tuple)
     allow_flip: bool = False
+
+    def __post_init__(self) -> None:
+        self.num_classes = check_positive_int(self.num_classes, "num_classes", minimum=2)
+        for split in ("train", "val", "test"):
+            data = getattr(self, split)
+            if not isinstance(data, ImageData):
+                raise TypeError(f"{split} must be an ImageData, got {type(data).__name__}")
+            check_label_range(data.labels, self.num_classes, f"{split} labels")
 
 
 def _check_seed(seed: Any, name: str = "seed") -> int:

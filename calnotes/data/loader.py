@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from calnotes._checks import check_positive_int
+from calnotes._checks import check_device, check_positive_int
 from calnotes.data.augment import Augment, _augment_pad
 from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
 
@@ -68,7 +68,7 @@ class DeviceLoader:
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last must be a bool, got {type(drop_last).__name__}")
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.device = torch.device(device)
+        self.device = check_device(device)
         self.data = data.to(self.device)
         c = self.data.images.shape[1]
         self.mean = _channel_vector(mean, c, "mean", self.device)

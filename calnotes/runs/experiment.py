@@ -252,8 +252,11 @@ LossFactory = Callable[..., Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _cross_entropy(label_smoothing: float = 0.0) -> nn.Module:
-    """``CE = -log softmax(z)[y]`` averaged over the batch (optionally label-smoothed)."""
-    return nn.CrossEntropyLoss(label_smoothing=float(label_smoothing))
+    """``CE = -log softmax(z)[y]`` averaged over the batch (optionally label-smoothed, with
+    ``label_smoothing`` in ``[0, 1)``); labels are checked like those of every loss."""
+    from calnotes.losses import CrossEntropyLoss
+
+    return CrossEntropyLoss(label_smoothing)
 
 
 _REGISTRY: dict[str, LossFactory] = {"ce": _cross_entropy}

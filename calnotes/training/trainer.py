@@ -38,7 +38,7 @@ from calnotes._checks import (
 )
 from calnotes._io import atomic_write
 from calnotes._threads import auto_threads, cpu_threads
-from calnotes.losses import MixupLoss, mixup_batch
+from calnotes.losses import MixupLoss, check_batch, mixup_batch
 
 __all__ = [
     "History",
@@ -606,6 +606,7 @@ class Trainer:
         with _autocast(self.device, self.amp):
             logits = self._forward(x)
         logits = logits.float()
+        check_batch(logits, y)  # a clear error for labels any loss_fn would choke on
         loss = self.loss_fn(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -849,6 +850,7 @@ class MixupTrainer(Trainer):
         with _autocast(self.device, self.amp):
             logits = self._forward(cast(torch.Tensor, x_mixed))
         logits = logits.float()
+        check_batch(logits, y)  # y_b is a permutation of y
         loss = self.mixup_loss(logits, y_a, y_b, lam)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,0 +1,43 @@
+"""A reader's rerun: every chapter completes at other parameters and reports its claims.
+
+Each rerun executes a whole chapter at SMOKE size with changed parameters (a minute or
+more each), so the tests are marked ``chapters``: ``make test-unit`` leaves them out and
+``make test-chapters`` runs them once, next to the SMOKE notebooks.
+"""
+
+import json
+
+import pytest
+
+from calnotes.book import chapters
+
+#: Per chapter, parameters other than the book's (and cheap at SMOKE size).
+RERUNS = {
+    "01": {"DATASET": "mnist", "EPOCHS": 2},
+    "02": {"MODEL": "resnet8", "DEPTHS": [8, 14], "WIDTHS": [8, 16],
+           "WEIGHT_DECAYS": [0.0, 0.02]},
+    "03": {"POSITIVE_CLASS": 3, "DEEP_MODEL": "resnet8"},
+    "04": {"OOD_SETS": ["mnist", "gaussian"], "TAU": 0.1},
+    "05": {"MODEL": "resnet8", "BIN_COUNTS": [10, 100]},
+}
+
+
+def test_every_chapter_has_a_rerun():
+    assert sorted(RERUNS) == [p.stem[:2] for p in chapters.chapter_paths()]
+
+
+def _printed(notebook_path):
+    cells = json.loads(notebook_path.read_text())["cells"]
+    return "".join("".join(out.get("text", "")) for cell in cells
+                   for out in cell.get("outputs", []) if out.get("output_type") == "stream")
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("chapter", sorted(RERUNS))
+def test_a_rerun_at_other_parameters_completes_and_reports_the_claims(chapter, tmp_path):
+    params = {"SMOKE": True, **RERUNS[chapter]}
+    out = chapters.run_chapter(chapter, params, tmp_path, progress=False)
+    printed = _printed(out)
+    assert "The prose was written for the book's parameters." in printed
+    for name, value in RERUNS[chapter].items():
+        assert f"{name}={value!r}" in printed
