@@ -477,8 +477,8 @@ def _classwise(
     rows = max(1, _CLASS_CHUNK_ELEMENTS // c)
     for r0 in range(0, n, rows):
         block, y_block = p[r0 : r0 + rows], y[r0 : r0 + rows]
-        if edges.ndim == 1:
-            idx = _bin_index(block, edges, uniform=True)
+        if edges.ndim == 1:  # (a binary search: faster than _uniform_bin_index here)
+            idx = _bin_index(block, edges)
         else:
             idx = _bin_index(block.T, edges).T
         flat = idx + offsets  # (B, C): cell of p_ik is k * M + bin
