@@ -42,7 +42,7 @@ def training_rows(entry: dict) -> list[str]:
     for row in entry["rows"]:
         task = row["task"]
         if task.startswith("train "):
-            model = task.split()[1]
+            model = task.split()[1].rstrip(",")
             extra = ""
             if "nhwc_speedup_over_calnotes" in row:
                 extra = (f"; NHWC (opt-in for batch-norm models) another "
