@@ -241,7 +241,8 @@ def _bin_index(values: torch.Tensor, edges: torch.Tensor, uniform: bool = False)
     to bin ``M - 1``. ``uniform=True`` says that ``edges`` are :func:`_uniform_edges`;
     the bins then come from :func:`_uniform_bin_index` (the same indices, faster).
     """
-    if uniform and edges.ndim == 1 and edges.shape[0] - 1 <= _MAX_ARITHMETIC_BINS:
+    if (uniform and edges.ndim == 1 and edges.shape[0] - 1 <= _MAX_ARITHMETIC_BINS
+            and values.device.type != "mps"):  # (it needs float64, which MPS lacks)
         return _uniform_bin_index(values, edges)
     inner = edges[..., 1:-1].to(values.dtype).contiguous()
     if inner.ndim == 1:
@@ -267,6 +268,7 @@ def _uniform_bin_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tenso
     n_bins = edges.shape[0] - 1
     ext = edges.to(values.dtype).clone()
     ext[0], ext[-1] = -math.inf, math.inf  # the outer bins are open-ended
+    values = values.detach()
     idx = (values.to(torch.float64) * n_bins).ceil_().clamp_(1, n_bins).long().sub_(1)
     idx.sub_((values <= ext.take(idx)).long())
     if values.dtype != torch.float32:
