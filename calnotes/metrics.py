@@ -164,9 +164,9 @@ def _fused_top_label(p: torch.Tensor, labels: Any) -> tuple[torch.Tensor, torch.
     values, and NaN, inf, values above 1 and anything with the sign bit (negatives, -0.0)
     show up as a maximum above ``1.0`` or a minimum below 0, after which
     :func:`check_probs` names the error (or passes, for -0.0). ``correct_i`` is
-    ``p_{i y_i} == c_i`` except where the maximum may be tied (``2 c_i`` within rounding
-    of the row sum), where ``max(dim=1)`` decides, so ties go to the first maximal class
-    as in :func:`_top_label`.
+    ``p_{i y_i} == c_i`` except in rows whose maximum may be tied (``c_i`` at most about
+    1/2: two maximal entries must fit in the row's sum), where ``max(dim=1)`` decides, so
+    ties go to the first maximal class as in :func:`_top_label`.
     """
     n, c = p.shape
     y, label_error = None, None
