@@ -19,6 +19,14 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
+PREAMBLE = (
+    "# Benchmarks\n\n"
+    "Taken on a shared 2-core machine (other jobs ran on the same cores), so absolute times "
+    "vary from run to run; each ratio compares calnotes with its peer or floor measured in "
+    "the same run, back to back, as the median over repetitions. `torch_threads` is the "
+    "number of intra-op threads used (the thread policy of `calnotes._threads`).\n\n"
+)
+
 
 def machine() -> str:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -46,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(f"### {name}\n\nMachine: {entry['machine']}; date: {entry['date']}\n\n"
                         + pd.DataFrame(entry["rows"]).to_string(index=False))
     latest.write_text(json.dumps(report, indent=2, default=str))
-    (HERE / "latest.md").write_text("\n\n".join(sections) + "\n")
+    (HERE / "latest.md").write_text(PREAMBLE + "\n\n".join(sections) + "\n")
     print("\n\n".join(sections))
     return 0
 

@@ -164,9 +164,9 @@ def _fused_top_label(p: torch.Tensor, labels: Any) -> tuple[torch.Tensor, torch.
     values, and NaN, inf, values above 1 and anything with the sign bit (negatives, -0.0)
     show up as a maximum above ``1.0`` or a minimum below 0, after which
     :func:`check_probs` names the error (or passes, for -0.0). ``correct_i`` is
-    ``p_{i y_i} == c_i`` except where the maximum may be tied (``2 c_i`` within rounding
-    of the row sum), where ``max(dim=1)`` decides, so ties go to the first maximal class
-    as in :func:`_top_label`.
+    ``p_{i y_i} == c_i`` except in rows whose maximum may be tied (``c_i`` at most about
+    1/2: two maximal entries must fit in the row's sum), where ``max(dim=1)`` decides, so
+    ties go to the first maximal class as in :func:`_top_label`.
     """
     n, c = p.shape
     y, label_error = None, None
@@ -241,7 +241,8 @@ def _bin_index(values: torch.Tensor, edges: torch.Tensor, uniform: bool = False)
     to bin ``M - 1``. ``uniform=True`` says that ``edges`` are :func:`_uniform_edges`;
     the bins then come from :func:`_uniform_bin_index` (the same indices, faster).
     """
-    if uniform and edges.ndim == 1 and edges.shape[0] - 1 <= _MAX_ARITHMETIC_BINS:
+    if (uniform and edges.ndim == 1 and edges.shape[0] - 1 <= _MAX_ARITHMETIC_BINS
+            and values.device.type != "mps"):  # (it needs float64, which MPS lacks)
         return _uniform_bin_index(values, edges)
     inner = edges[..., 1:-1].to(values.dtype).contiguous()
     if inner.ndim == 1:
@@ -267,6 +268,7 @@ def _uniform_bin_index(values: torch.Tensor, edges: torch.Tensor) -> torch.Tenso
     n_bins = edges.shape[0] - 1
     ext = edges.to(values.dtype).clone()
     ext[0], ext[-1] = -math.inf, math.inf  # the outer bins are open-ended
+    values = values.detach()
     idx = (values.to(torch.float64) * n_bins).ceil_().clamp_(1, n_bins).long().sub_(1)
     idx.sub_((values <= ext.take(idx)).long())
     if values.dtype != torch.float32:
@@ -477,8 +479,8 @@ def _classwise(
     rows = max(1, _CLASS_CHUNK_ELEMENTS // c)
     for r0 in range(0, n, rows):
         block, y_block = p[r0 : r0 + rows], y[r0 : r0 + rows]
-        if edges.ndim == 1:
-            idx = _bin_index(block, edges, uniform=True)
+        if edges.ndim == 1:  # (a binary search: faster than _uniform_bin_index here)
+            idx = _bin_index(block, edges)
         else:
             idx = _bin_index(block.T, edges).T
         flat = idx + offsets  # (B, C): cell of p_ik is k * M + bin

@@ -372,24 +372,25 @@ class Trainer:
     Schedules: ``"cosine"`` is ``lr_e = lr (1 + cos(pi e / E)) / 2`` for epoch ``e`` of
     ``E``; ``"step"`` multiplies by ``gamma`` at each milestone (epochs, or fractions of
     ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
-    ``amp`` (bfloat16 autocast) applies on CUDA only and is ignored with a warning
-    elsewhere: on CPUs without bf16 instructions autocast made a ResNet-20 step 1.8x
-    slower. ``channels_last`` stores the model's weights and activations NHWC, the layout
-    oneDNN's CPU convolutions compute in (NCHW costs a reordering per convolution):
-    ``None`` (default) turns it on on the CPU for models with 2-d convolutions and no
-    batch norm (LeNet-5), whose results then agree with NCHW training up to float32
-    rounding, and leaves it off on CUDA. ``True`` forces it, also for batch-norm models
-    (ResNets), where it is faster but torch's NHWC batch norm rounds much more (see
-    ``_nhwc_pays``). ``threads`` is the number of intra-op CPU
-    threads during :meth:`fit`: ``"auto"`` (default, CPU only) asks
-    :func:`calnotes._threads.auto_threads` (the usable CPUs that other processes leave
-    free) once per run and keeps the answer in the checkpoint so that a resumed run uses
-    the same number; an int sets it; ``None`` leaves torch's setting. The previous setting
-    is restored when ``fit`` returns. ``compile`` wraps the model in ``torch.compile``
-    (off by default: on a CPU it paid 1.2x per ResNet-20 step after 3 minutes of
-    compiling, more than a chapter's run gains). ``run_config`` (e.g. a
-    :func:`calnotes.runs.experiment.default_config`) describes the whole run, data included: a
-    checkpoint is resumed only by a trainer of the same ``run_config``.
+    Speed options:
+
+    * ``amp`` (bfloat16 autocast): CUDA only, ignored with a warning elsewhere (on a CPU
+      without bf16 instructions it made a ResNet-20 step about 2x slower).
+    * ``channels_last``: NHWC weights and activations, the layout oneDNN's CPU
+      convolutions compute in. ``None`` (default): on for CPU models with 2-d
+      convolutions and no batch norm (LeNet-5; results agree with NCHW up to float32
+      rounding), off otherwise and on CUDA. ``True`` forces it, also for batch-norm
+      models, where torch's NHWC batch norm sums less accurately (see ``_nhwc_pays``).
+    * ``threads``: intra-op CPU threads during :meth:`fit`. ``"auto"`` (default, CPU
+      only) asks :func:`calnotes._threads.auto_threads` once per run and keeps the answer
+      in the checkpoint, so a resumed run uses the same number; an int sets it; ``None``
+      keeps torch's setting. The previous setting is restored when ``fit`` returns.
+    * ``compile``: ``torch.compile``, off by default (on a CPU it paid 1.2x per ResNet-20
+      step after 3 minutes of compiling, more than a chapter's run gains).
+
+    ``run_config`` (e.g. a :func:`calnotes.runs.experiment.default_config`) describes the
+    whole run, data included: a checkpoint is resumed only by a trainer of the same
+    ``run_config``.
     """
 
     def __init__(
