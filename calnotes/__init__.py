@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "calibrators", "chapters", "data", "evaluation", "experiments", "losses", "meta",
-    "methods", "metrics", "models", "notebook", "ood", "plots", "store", "sweeps", "synthetic",
-    "training",
+    "methods", "metrics", "models", "notebook", "ood", "plots", "report", "store", "sweeps",
+    "synthetic", "training",
 )
 __all__ = ["__version__", *_SUBMODULES]
 

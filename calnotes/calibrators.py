@@ -220,9 +220,8 @@ def _floats(value: Any, name: str, shape: tuple[int, ...] | None = None) -> np.n
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise _StateError(f"{name} must be an array of numbers") from None
-    if shape is not None and (
-        arr.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, arr.shape))
-    ):
+    if shape is not None and (arr.ndim != len(shape) or any(
+            want not in (-1, got) for want, got in zip(shape, arr.shape, strict=True))):
         raise _StateError(f"{name} must have shape {shape}, got {arr.shape}")
     if arr.size == 0 or not np.isfinite(arr).all():
         raise _StateError(f"{name} must be non-empty and finite")
