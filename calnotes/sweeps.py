@@ -11,7 +11,7 @@ training curves. :class:`SweepRunner` does the bookkeeping::
     depth.table()       # one row per run: depth, test error, ECE, NLL, confidence, ...
     depth.histories()   # one row per (run, epoch): train/validation curves
 
-Runs go through :func:`calnotes.notebook.chapter_run` (stored runs are loaded, missing ones
+Runs go through ``calnotes.notebook.chapter_run`` (stored runs are loaded, missing ones
 trained and stored), and the runner trains each distinct config once: sweeps that share a
 run (the base config is usually in every sweep) reuse it, also in SMOKE mode where
 nothing is stored.
@@ -227,7 +227,7 @@ class SweepRunner:
     """Trains (or loads) runs of one experiment, each distinct config once.
 
     ``use_store``, ``smoke`` and ``device`` are passed to ``run_fn`` (default
-    :func:`calnotes.notebook.chapter_run`), called as
+    ``calnotes.notebook.chapter_run``), called as
     ``run_fn(experiment, config, use_store=..., smoke=..., device=...)``. Configs are
     completed with their defaults and identified by :func:`calnotes.store.config_hash`.
     """

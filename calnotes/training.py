@@ -201,6 +201,7 @@ class History:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> History:
+        """The history that :meth:`to_dict` wrote."""
         if not isinstance(data, Mapping) or "records" not in data:
             raise ValueError("data must be a mapping with a 'records' list (from History.to_dict)")
         return cls(data["records"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -144,8 +145,13 @@ class Browser:
         import base64
 
         if scroll_to:
-            self.evaluate(session, f"document.querySelector({json.dumps(scroll_to)})"
-                                   ".scrollIntoView({block: 'start'})")
+            found = self.evaluate(session, f"""(() => {{
+                const el = document.querySelector({json.dumps(scroll_to)});
+                if (el) {{ el.scrollIntoView({{block: "start"}}); }}
+                return Boolean(el);
+            }})()""")
+            if not found:
+                raise ValueError(f"no element matches {scroll_to!r} on the page")
             self.evaluate(session, "new Promise(r => setTimeout(r, 300))")
         data = self.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
         path.write_bytes(base64.b64decode(data))
@@ -195,8 +201,8 @@ def check(html_dir: Path, binary: str, screenshots: Path | None = None,
                 browser.open(session, (html_dir / page).as_uri(), width, height)
                 browser.evaluate(session, PROBE.replace("MIN_SCALE", str(MIN_SCALE))
                                               .replace("DESKTOP", "false"))
-                stem = Path(page).stem + f"-{width}" + (f"-{selector.strip('#.')}"
-                                                         if selector else "")
+                tag = re.sub(r"[^A-Za-z0-9]+", "-", selector).strip("-") if selector else ""
+                stem = f"{Path(page).stem}-{width}" + (f"-{tag}" if tag else "")
                 browser.screenshot(session, screenshots / f"{stem}.png", selector)
     finally:
         browser.close()
