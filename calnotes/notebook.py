@@ -46,6 +46,59 @@ def chapter_run(
                        progress=progress)
 
 
+#: Columns of a chapter's table of the papers' claims, and the verdicts it may give.
+CLAIM_COLUMNS = ("claim", "source", "evidence", "verdict")
+VERDICTS = ("reproduces", "partly", "does not reproduce", "cannot test here")
+
+
+class _GluedTable:
+    """A table glued with two faces: HTML for the page, JSON records for other pages
+    (the front page assembles the chapters' claims tables from the JSON)."""
+
+    def __init__(self, rows: list[dict[str, str]], columns: tuple[str, ...]) -> None:
+        self.rows, self.columns = rows, columns
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(
+                f'<td><span class="verdict verdict-{row[c].replace(" ", "-")}">'
+                f"{html.escape(row[c])}</span></td>" if c == "verdict"
+                else f"<td>{html.escape(row[c])}</td>" for c in self.columns) + "</tr>"
+            for row in self.rows)
+        return (f'<table class="claims-summary table"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+    def _repr_json_(self) -> dict[str, Any]:
+        return {"columns": list(self.columns), "rows": self.rows}
+
+    def __repr__(self) -> str:
+        return "\n".join(" | ".join(row[c] for c in self.columns) for row in self.rows)
+
+
+def glue_claims(name: str, rows: list[dict[str, str]]) -> None:
+    """Glue a chapter's table of the papers' claims: one dict per claim with the keys
+    :data:`CLAIM_COLUMNS` (text) and a verdict from :data:`VERDICTS`, computed from the
+    chapter's results, never typed."""
+    if not isinstance(rows, list) or not rows:
+        raise ValueError("rows must be a non-empty list of dicts")
+    clean = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != set(CLAIM_COLUMNS):
+            raise ValueError(f"rows[{i}] must have exactly the keys {CLAIM_COLUMNS}")
+        if not all(isinstance(row[c], str) and row[c] for c in CLAIM_COLUMNS):
+            raise TypeError(f"rows[{i}]: every entry must be a non-empty str")
+        if row["verdict"] not in VERDICTS:
+            raise ValueError(f"rows[{i}]: verdict must be one of {VERDICTS}, "
+                             f"got {row['verdict']!r}")
+        clean.append({c: row[c] for c in CLAIM_COLUMNS})
+    from myst_nb import glue as myst_glue
+
+    myst_glue(name, _GluedTable(clean, CLAIM_COLUMNS), display=False)
+
+
 def glue(name: str, value: Any) -> None:
     """``myst_nb.glue`` for numbers in prose: numpy and 0-d torch scalars become plain
     Python numbers first, so ``{glue:text}`name:.2f``` can format them."""
