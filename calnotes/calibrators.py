@@ -402,7 +402,8 @@ class _LogitCalibrator(Calibrator):
 
 
 class TemperatureScaling(_LogitCalibrator):
-    r"""Temperature scaling (Guo et al. 2017): ``q = softmax(z / T)`` with one ``T > 0``.
+    r"""Temperature scaling (Guo et al. 2017): :math:`q = \operatorname{softmax}(z / T)` with
+    one :math:`T > 0`.
 
     ``selection="nll"`` minimizes the validation NLL
     :math:`\frac1N\sum_i [\log\sum_j e^{z_{ij}/T} - z_{i,y_i}/T]` over ``log T`` with
@@ -776,7 +777,8 @@ _Bin = TypeVar("_Bin", bound=_BinaryCoreCalibrator)
 
 
 class HistogramBinning(_BinaryCoreCalibrator):
-    r"""Histogram binning (Zadrozny & Elkan 2001): q = fraction of positives in p's bin.
+    r"""Histogram binning (Zadrozny & Elkan 2001): :math:`q = \theta_m`, the fraction of
+    positives among the validation scores in the bin :math:`B_m` of :math:`p`.
 
     ``binning="uniform"``: ``n_bins`` equal-width bins ``(b_{m-1}, b_m]`` on [0, 1] (a
     score of exactly 0 goes to the first bin, 1.0 to the last). ``"quantile"``: inner

@@ -500,7 +500,8 @@ def brier(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
 
 
 def error(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
-    """Top-1 error rate ``1 - mean_i 1[argmax_k p_ik = y_i]`` (ties: first maximal class)."""
+    r"""Top-1 error rate :math:`1 - \frac1N \sum_i \mathbf 1[\arg\max_k p_{ik} = y_i]` (ties:
+    first maximal class)."""
     p, y, from_numpy = _prepare(probs, labels)
     _, correct = _top_label(p, y)
     value = 1.0 - correct.to(_acc_dtype(p.device)).mean()

@@ -48,6 +48,9 @@ def chapter_run(
 
 #: Columns of a chapter's table of the papers' claims, and the verdicts it may give.
 CLAIM_COLUMNS = ("claim", "source", "evidence", "verdict")
+#: Mime type of the claims' JSON text in the glued bundle (a string: notebook outputs
+#: allow JSON objects only under JSON mime types, which glue's record prefix hides).
+CLAIMS_MIME = "text/vnd.calnotes.claims+json"
 VERDICTS = ("reproduces", "partly", "does not reproduce", "cannot test here")
 
 
@@ -71,11 +74,14 @@ class _GluedTable:
         return (f'<table class="claims-summary table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table>")
 
-    def _repr_json_(self) -> dict[str, Any]:
-        return {"columns": list(self.columns), "rows": self.rows}
-
     def __repr__(self) -> str:
         return "\n".join(" | ".join(row[c] for c in self.columns) for row in self.rows)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        import json
+
+        return {"text/plain": repr(self), "text/html": self._repr_html_(),
+                CLAIMS_MIME: json.dumps({"columns": list(self.columns), "rows": self.rows})}
 
 
 def glue_claims(name: str, rows: list[dict[str, str]]) -> None:

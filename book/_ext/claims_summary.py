@@ -9,13 +9,14 @@ source, evidence, verdict; the verdicts are computed there). A page lists the ch
 
 one line per chapter: its file (relative to the page), the glue key and the label of the
 chapter's claims section. After every chapter has been executed and read, this extension
-reads the glued JSON of each table and puts one table in the page, with a link from every
+reads the glued JSON text of each table and puts one table in the page, with a link from every
 claim to the chapter's evidence. A missing chapter, key or column is a build warning (an
 error under ``-W``), never a silently shorter table.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from docutils import nodes
@@ -27,7 +28,8 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 LOGGER = logging.getLogger(__name__)
-COLUMNS = ("claim", "source", "evidence", "verdict")
+COLUMNS = ("claim", "source", "evidence", "verdict")  # calnotes.notebook.CLAIM_COLUMNS
+MIME = "text/vnd.calnotes.claims+json"  # calnotes.notebook.CLAIMS_MIME
 HEADERS = ("Claim", "Source", "Our evidence", "Verdict", "Details")
 
 
@@ -88,7 +90,8 @@ class ReplaceClaimsSummary(SphinxPostTransform):
             body = nodes.tbody()
             for refdoc, key, label in node["entries"]:
                 glued = read_glue_cache(folder, refdoc).get(key)
-                data = (glued or {}).get("data", {}).get("application/json")
+                text = (glued or {}).get("data", {}).get(MIME)
+                data = json.loads(text) if isinstance(text, str) else {}
                 if not data or tuple(data.get("columns", ())) != COLUMNS:
                     LOGGER.warning(f"claims table {key!r} of {refdoc!r} is missing or has "
                                    f"other columns than {COLUMNS}", location=node)
