@@ -71,8 +71,9 @@ class _GluedTable:
                 f"{html.escape(row[c])}</span></td>" if c == "verdict"
                 else f"<td>{html.escape(row[c])}</td>" for c in self.columns) + "</tr>"
             for row in self.rows)
-        return (f'<table class="claims-summary table"><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table>")
+        widths = "".join(f'<col style="width: {w}%">' for w in (32, 16, 40, 12))
+        return (f'<table class="claims-summary table"><colgroup>{widths}</colgroup>'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
     def __repr__(self) -> str:
         return "\n".join(" | ".join(row[c] for c in self.columns) for row in self.rows)
@@ -85,9 +86,9 @@ class _GluedTable:
 
 
 def glue_claims(name: str, rows: list[dict[str, str]]) -> None:
-    """Glue a chapter's table of the papers' claims: one dict per claim with the keys
-    :data:`CLAIM_COLUMNS` (text) and a verdict from :data:`VERDICTS`, computed from the
-    chapter's results, never typed."""
+    """Show a chapter's table of the papers' claims and glue it for the front page: one
+    dict per claim with the keys :data:`CLAIM_COLUMNS` (text) and a verdict from
+    :data:`VERDICTS`, computed from the chapter's results, never typed."""
     if not isinstance(rows, list) or not rows:
         raise ValueError("rows must be a non-empty list of dicts")
     clean = []
@@ -100,9 +101,12 @@ def glue_claims(name: str, rows: list[dict[str, str]]) -> None:
             raise ValueError(f"rows[{i}]: verdict must be one of {VERDICTS}, "
                              f"got {row['verdict']!r}")
         clean.append({c: row[c] for c in CLAIM_COLUMNS})
+    from IPython.display import HTML, display
     from myst_nb import glue as myst_glue
 
-    myst_glue(name, _GluedTable(clean, CLAIM_COLUMNS), display=False)
+    table = _GluedTable(clean, CLAIM_COLUMNS)
+    display(HTML(table._repr_html_()))
+    myst_glue(name, table, display=False)
 
 
 def glue(name: str, value: Any) -> None:

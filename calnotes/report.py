@@ -145,7 +145,9 @@ class Report:
         gap = float(np.mean(_numpy(conf)) - np.mean(_numpy(correct)))
         lines = [
             f"validation: {self.n_val} samples, test: {self.n_test} samples, "
-            f"{self.n_classes} classes; ECE and MCE with {self.comparison.n_bins} bins",
+            f"{self.n_classes} classes",
+            f"ECE and MCE with {self.comparison.n_bins} equal-width bins; calibrators fitted "
+            f"on validation, measured on test",
             "",
             self.table.round(3).to_string(),
             "",

@@ -30,7 +30,8 @@ from sphinx.util.docutils import SphinxDirective
 LOGGER = logging.getLogger(__name__)
 COLUMNS = ("claim", "source", "evidence", "verdict")  # calnotes.notebook.CLAIM_COLUMNS
 MIME = "text/vnd.calnotes.claims+json"  # calnotes.notebook.CLAIMS_MIME
-HEADERS = ("Claim", "Source", "Our evidence", "Verdict", "Details")
+HEADERS = ("Claim", "Source", "Our evidence", "Verdict", "Chapter")
+WIDTHS = (30, 15, 35, 10, 10)  # percent of the table
 
 
 class claims_summary(nodes.General, nodes.Element):  # noqa: N801 (docutils node naming)
@@ -111,13 +112,13 @@ class ReplaceClaimsSummary(SphinxPostTransform):
                         nodes.paragraph("", "", link),
                     ])
             group = nodes.tgroup(cols=len(HEADERS))
-            for width in (30, 18, 30, 10, 12):
+            for width in WIDTHS:
                 group += nodes.colspec(colwidth=width)
             head = nodes.thead()
             head += _row([_paragraph(h) for h in HEADERS])
             group += head
             group += body
-            table = nodes.table(classes=["claims-summary"])
+            table = nodes.table(classes=["claims-summary", "colwidths-given"])
             table += group
             node.replace_self(table)
 
