@@ -10,3 +10,22 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 });
+
+// On a phone a wide figure is not shrunk to the screen, where its text would be
+// unreadable: it keeps 60% of its size and scrolls sideways in its own box.
+function fitFigures() {
+  const narrow = window.matchMedia("(max-width: 600px)").matches;
+  for (const img of document.querySelectorAll("div.cell_output img")) {
+    const box = img.closest("div.cell_output") || img.parentElement;
+    const readable = Math.round(0.6 * img.naturalWidth);
+    if (narrow && readable > box.clientWidth) {
+      img.style.width = `${readable}px`;
+      img.style.maxWidth = "none";
+    } else {
+      img.style.width = "";
+      img.style.maxWidth = "";
+    }
+  }
+}
+window.addEventListener("load", fitFigures);
+window.addEventListener("resize", fitFigures);
