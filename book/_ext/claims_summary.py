@@ -31,7 +31,7 @@ LOGGER = logging.getLogger(__name__)
 COLUMNS = ("claim", "source", "evidence", "verdict")  # calnotes.notebook.CLAIM_COLUMNS
 MIME = "text/vnd.calnotes.claims+json"  # calnotes.notebook.CLAIMS_MIME
 HEADERS = ("Claim", "Source", "Our evidence", "Verdict", "Chapter")
-WIDTHS = (27, 13, 34, 12, 14)  # percent of the table
+WIDTHS = (26, 13, 30, 14, 17)  # percent of the table
 
 
 class claims_summary(nodes.General, nodes.Element):  # noqa: N801 (docutils node naming)
