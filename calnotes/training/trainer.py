@@ -204,6 +204,7 @@ class History:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> History:
+        """The history that :meth:`to_dict` wrote."""
         if not isinstance(data, Mapping) or "records" not in data:
             raise ValueError("data must be a mapping with a 'records' list (from History.to_dict)")
         return cls(data["records"])
@@ -382,7 +383,7 @@ class Trainer:
     (ResNets), where it is faster but torch's NHWC batch norm rounds much more (see
     ``_nhwc_pays``). ``threads`` is the number of intra-op CPU
     threads during :meth:`fit`: ``"auto"`` (default, CPU only) asks
-    :func:`calnotes._threads.auto_threads` (the usable CPUs that other processes leave
+    ``calnotes._threads.auto_threads`` (the usable CPUs that other processes leave
     free) once per run and keeps the answer in the checkpoint so that a resumed run uses
     the same number; an int sets it; ``None`` leaves torch's setting. The previous setting
     is restored when ``fit`` returns. ``compile`` wraps the model in ``torch.compile``
@@ -654,7 +655,7 @@ class Trainer:
 
     def _threads_for_fit(self) -> int | None:
         """Threads for this fit: an int as given; ``"auto"`` on the CPU: those a resumed
-        checkpoint recorded, else :func:`~calnotes._threads.auto_threads`."""
+        checkpoint recorded, else ``auto_threads()``."""
         if self.threads == "auto":
             if self.device.type != "cpu":
                 return None
