@@ -7,10 +7,11 @@ CHAPTER ?=
 ARGS ?=
 DEVICE ?= auto
 
-.PHONY: help setup data test test-unit test-chapters test-reruns book run results bench lint clean
+.PHONY: help setup data test test-unit test-chapters test-reruns book check-book run results bench lint clean
 
 help:
 	@echo "make book      execute every chapter (default parameters) and build _build/html"
+	@echo "make check-book  open every built page in headless Chromium, offline, and check it"
 	@echo "make test      unit tests, then every chapter in SMOKE mode (papermill + nbval)"
 	@echo "make run CHAPTER=01 ARGS='-p EPOCHS 5 -p DEVICE cuda'   rerun one chapter"
 	@echo "make results [DEVICE=cuda]   compute the stored runs the book loads (resumable)"
@@ -18,7 +19,7 @@ help:
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[book,test,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[book,test,check,dev]'
 	touch $@
 
 setup: $(STAMP)
@@ -46,6 +47,14 @@ test-reruns: setup data
 book: setup data
 	rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+# Every page of _build/html in headless Chromium with the network off: formulas typeset,
+# images loaded, nothing cut off or scrolling sideways at 1280 px and 390 px.
+check-book: setup
+	@test -f _build/html/book/index.html || (echo "no built book: run make book first"; exit 2)
+	@command -v chromium >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+	$(PY) tools/check_book.py _build/html
 
 run: setup data
 	@test -n "$(CHAPTER)" || (echo "usage: make run CHAPTER=<name> ARGS='-p NAME VALUE ...'"; exit 2)

@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "book", "calibrators", "data", "evaluation", "losses", "metrics", "models", "ood", "plots",
-    "runs", "synthetic", "training",
+    "report", "runs", "synthetic", "training",
 )
 __all__ = ["__version__", *_SUBMODULES]
 

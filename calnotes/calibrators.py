@@ -16,6 +16,11 @@ input's floating dtype (float16/bfloat16 are promoted to float32). The parametri
 fit in float64 on the logits' device; the binning methods work in float64 numpy on the
 CPU (they are cheap and sklearn's isotonic regression is CPU only).
 
+A fitted calibrator is saved as JSON and read back without unpickling anything::
+
+    cal.save("temperature.json")
+    cal = load("temperature.json")                   # or TemperatureScaling.load(...)
+
 Calling ``predict_proba`` or ``transform`` before ``fit`` raises :class:`NotFittedError`,
 a ``ValueError`` subclass, so ``except ValueError`` catches every user error of this
 module. Predicting with a different number of classes than was fitted raises
@@ -31,8 +36,11 @@ its score.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,6 +59,7 @@ from ._checks import (
     check_positive_int,
     like_input,
 )
+from ._io import atomic_write
 
 __all__ = [
     "BBQ",
@@ -64,6 +73,7 @@ __all__ = [
     "TemperatureScaling",
     "VectorScaling",
     "calibrate",
+    "load",
 ]
 
 #: Temperature scaling keeps ``log T`` inside this range. On perfectly separable data the
@@ -195,6 +205,51 @@ def _assign_bins(edges: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.searchsorted(edges[1:-1], s, side="left")
 
 
+#: Tag and version written into every saved calibrator (see :meth:`Calibrator.save`).
+SAVE_FORMAT = "calnotes.calibrator"
+SAVE_VERSION = 1
+
+
+class _StateError(ValueError):
+    """A saved calibrator's content is invalid (the caller adds where it came from)."""
+
+
+def _floats(value: Any, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """A finite float64 array from saved JSON ``value``; ``shape`` entries of -1 are free."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _StateError(f"{name} must be an array of numbers") from None
+    if shape is not None and (arr.ndim != len(shape) or any(
+            want not in (-1, got) for want, got in zip(shape, arr.shape, strict=True))):
+        raise _StateError(f"{name} must have shape {shape}, got {arr.shape}")
+    if arr.size == 0 or not np.isfinite(arr).all():
+        raise _StateError(f"{name} must be non-empty and finite")
+    return arr
+
+
+def _field(state: Mapping[str, Any], key: str, where: str = "state") -> Any:
+    if not isinstance(state, Mapping) or key not in state:
+        raise _StateError(f"{where} has no field {key!r}")
+    return state[key]
+
+
+def _cores(state: Mapping[str, Any], n_classes: int) -> list[Any]:
+    """The saved per-problem cores: 1 for a binary fit, ``n_classes`` one-vs-all."""
+    cores = _field(state, "cores")
+    want = 1 if n_classes == 2 else n_classes
+    if not isinstance(cores, list) or len(cores) != want:
+        raise _StateError(f"state.cores must be a list of {want} entries for {n_classes} classes")
+    return cores
+
+
+def _edges(value: Any, name: str) -> np.ndarray:
+    edges = _floats(value, name, (-1,))
+    if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or (np.diff(edges) < 0).any():
+        raise _StateError(f"{name} must be non-decreasing bin edges from 0 to 1")
+    return edges
+
+
 # --------------------------------------------------------------------------- base
 
 
@@ -253,6 +308,80 @@ class Calibrator:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_"))
         return f"{type(self).__name__}({params})"
 
+    # -- saving and loading (JSON: no pickle, nothing executed on load)
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted calibrator as JSON-ready data: class, constructor arguments, state."""
+        self._check_fitted()
+        params = {k: list(v) if isinstance(v, tuple) else v
+                  for k, v in vars(self).items() if not k.endswith("_")}
+        return {"format": SAVE_FORMAT, "version": SAVE_VERSION, "class": type(self).__name__,
+                "params": params, "state": {"n_classes": self.n_classes_, **self._state()}}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted calibrator to ``path`` as JSON (atomically); returns the path.
+
+        Floats are written with Python's shortest round-trip repr, so :meth:`load` gives
+        back exactly the fitted numbers.
+        """
+        path = Path(path)
+        atomic_write(path, (json.dumps(self.to_dict(), indent=1) + "\n").encode("utf-8"))
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "data") -> Calibrator:
+        """Rebuild a calibrator from :meth:`to_dict` output; ``source`` names it in errors.
+
+        Called on a subclass (``TemperatureScaling.from_dict``), the data must describe
+        that class.
+        """
+        try:
+            if not isinstance(data, Mapping) or data.get("format") != SAVE_FORMAT:
+                raise _StateError(f"this is not a saved calibrator (no format {SAVE_FORMAT!r})")
+            if data.get("version") != SAVE_VERSION:
+                raise _StateError(f"unsupported version {data.get('version')!r}; this "
+                                  f"calnotes reads version {SAVE_VERSION}")
+            name = data.get("class")
+            by_name = {c.__name__: c for c in CALIBRATORS.values()}
+            if name not in by_name:
+                raise _StateError(f"unknown calibrator class {name!r}; known: {sorted(by_name)}")
+            klass = by_name[name]
+            if not issubclass(klass, cls):
+                raise _StateError(f"it holds a {name}, not a {cls.__name__}")
+            params = _field(data, "params", "the file")
+            if not isinstance(params, Mapping):
+                raise _StateError("params must be a mapping")
+            try:
+                cal = klass(**params)
+            except (TypeError, ValueError) as err:
+                raise _StateError(f"bad params for {name}: {err}") from None
+            state = _field(data, "state", "the file")
+            n_classes = _field(state, "n_classes")
+            if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
+                raise _StateError(f"state.n_classes must be an int >= 2, got {n_classes!r}")
+            cal._set_state(state, n_classes)
+            cal.n_classes_ = n_classes
+        except _StateError as err:
+            raise ValueError(f"{source}: {err}") from None
+        return cal
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Calibrator:
+        """Read a calibrator written by :meth:`save`; errors name the path."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a JSON file ({err})") from None
+        return cls.from_dict(data, source=str(path))
+
+    def _state(self) -> dict[str, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
 
 # --------------------------------------------------------------------------- scaling
 
@@ -273,7 +402,8 @@ class _LogitCalibrator(Calibrator):
 
 
 class TemperatureScaling(_LogitCalibrator):
-    r"""Temperature scaling (Guo et al. 2017): ``q = softmax(z / T)`` with one ``T > 0``.
+    r"""Temperature scaling (Guo et al. 2017): :math:`q = \operatorname{softmax}(z / T)` with
+    one :math:`T > 0`.
 
     ``selection="nll"`` minimizes the validation NLL
     :math:`\frac1N\sum_i [\log\sum_j e^{z_{ij}/T} - z_{i,y_i}/T]` over ``log T`` with
@@ -348,6 +478,15 @@ class TemperatureScaling(_LogitCalibrator):
     def _logits(self, z: torch.Tensor) -> torch.Tensor:
         return z / self.temperature_
 
+    def _state(self) -> dict[str, Any]:
+        return {"temperature": self.temperature_}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        t = _floats(_field(state, "temperature"), "state.temperature", ())
+        if t <= 0:
+            raise _StateError(f"state.temperature must be > 0, got {float(t)}")
+        self.temperature_ = float(t)
+
 
 class VectorScaling(_LogitCalibrator):
     r"""Vector scaling: :math:`z \mapsto w \odot z + b` with per-class ``w, b`` (C each).
@@ -374,6 +513,13 @@ class VectorScaling(_LogitCalibrator):
     def _logits(self, z: torch.Tensor) -> torch.Tensor:
         w = torch.as_tensor(self.weight_, device=z.device)
         return z * w + torch.as_tensor(self.bias_, device=z.device)
+
+    def _state(self) -> dict[str, Any]:
+        return {"weight": self.weight_.tolist(), "bias": self.bias_.tolist()}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        self.weight_ = _floats(_field(state, "weight"), "state.weight", (n_classes,))
+        self.bias_ = _floats(_field(state, "bias"), "state.bias", (n_classes,))
 
 
 class MatrixScaling(_LogitCalibrator):
@@ -418,6 +564,14 @@ class MatrixScaling(_LogitCalibrator):
     def _logits(self, z: torch.Tensor) -> torch.Tensor:
         w = torch.as_tensor(self.weight_, device=z.device)
         return z @ w.T + torch.as_tensor(self.bias_, device=z.device)
+
+    def _state(self) -> dict[str, Any]:
+        return {"weight": self.weight_.tolist(), "bias": self.bias_.tolist()}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        c = n_classes
+        self.weight_ = _floats(_field(state, "weight"), "state.weight", (c, c))
+        self.bias_ = _floats(_field(state, "bias"), "state.bias", (c,))
 
 
 class PlattScaling(Calibrator):
@@ -543,6 +697,14 @@ class PlattScaling(Calibrator):
             out = torch.log(self._proba(x64))
         return _finish(out, x, from_numpy)
 
+    def _state(self) -> dict[str, Any]:
+        return {"a": self.a_.tolist(), "b": self.b_.tolist()}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        k = 1 if n_classes == 2 else n_classes
+        self.a_ = _floats(_field(state, "a"), "state.a", (k,))
+        self.b_ = _floats(_field(state, "b"), "state.b", (k,))
+
 
 # --------------------------------------------------------------------------- binning
 
@@ -615,7 +777,8 @@ _Bin = TypeVar("_Bin", bound=_BinaryCoreCalibrator)
 
 
 class HistogramBinning(_BinaryCoreCalibrator):
-    r"""Histogram binning (Zadrozny & Elkan 2001): q = fraction of positives in p's bin.
+    r"""Histogram binning (Zadrozny & Elkan 2001): :math:`q = \theta_m`, the fraction of
+    positives among the validation scores in the bin :math:`B_m` of :math:`p`.
 
     ``binning="uniform"``: ``n_bins`` equal-width bins ``(b_{m-1}, b_m]`` on [0, 1] (a
     score of exactly 0 goes to the first bin, 1.0 to the last). ``"quantile"``: inner
@@ -646,6 +809,18 @@ class HistogramBinning(_BinaryCoreCalibrator):
         edges, values = core
         return values[_assign_bins(edges, s)]
 
+    def _state(self) -> dict[str, Any]:
+        return {"cores": [{"edges": e.tolist(), "values": v.tolist()} for e, v in self.cores_]}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        cores = []
+        for i, core in enumerate(_cores(state, n_classes)):
+            edges = _edges(_field(core, "edges", f"cores[{i}]"), f"cores[{i}].edges")
+            values = _floats(_field(core, "values", f"cores[{i}]"), f"cores[{i}].values",
+                             (len(edges) - 1,))
+            cores.append((edges, values))
+        self.cores_ = cores
+
 
 class IsotonicCalibration(_BinaryCoreCalibrator):
     """Isotonic regression (Zadrozny & Elkan 2002): the best non-decreasing step map p -> q.
@@ -662,6 +837,34 @@ class IsotonicCalibration(_BinaryCoreCalibrator):
 
     def _predict_core(self, core: Any, s: np.ndarray) -> np.ndarray:
         return np.asarray(core.predict(s), dtype=np.float64)
+
+    def _state(self) -> dict[str, Any]:
+        return {"cores": [{"x": c.X_thresholds_.tolist(), "y": c.y_thresholds_.tolist(),
+                           "x_min": float(c.X_min_), "x_max": float(c.X_max_),
+                           "increasing": bool(c.increasing_)} for c in self.cores_]}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        from sklearn.isotonic import IsotonicRegression
+
+        cores = []
+        for i, core in enumerate(_cores(state, n_classes)):
+            where = f"cores[{i}]"
+            x = _floats(_field(core, "x", where), f"{where}.x", (-1,))
+            y = _floats(_field(core, "y", where), f"{where}.y", (len(x),))
+            if (np.diff(x) < 0).any():
+                raise _StateError(f"{where}.x must be sorted")
+            increasing = _field(core, "increasing", where)
+            if not isinstance(increasing, bool):
+                raise _StateError(f"{where}.increasing must be true or false")
+            reg = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
+            # The pickle protocol of sklearn's estimator: it rebuilds the interpolation
+            # from the thresholds, so predictions are those of the fitted object.
+            reg.__setstate__({**reg.__getstate__(), "X_thresholds_": x, "y_thresholds_": y,
+                              "X_min_": float(_floats(_field(core, "x_min", where), "x_min", ())),
+                              "X_max_": float(_floats(_field(core, "x_max", where), "x_max", ())),
+                              "increasing_": increasing})
+            cores.append(reg)
+        self.cores_ = cores
 
 
 class BBQ(_BinaryCoreCalibrator):
@@ -770,6 +973,29 @@ class BBQ(_BinaryCoreCalibrator):
             out += w * theta[_assign_bins(edges, s)]
         return out
 
+    def _state(self) -> dict[str, Any]:
+        return {"cores": [{"weights": w.tolist(),
+                           "models": [{"edges": e.tolist(), "theta": t.tolist()} for e, t in m]}
+                          for w, m in self.cores_]}
+
+    def _set_state(self, state: Mapping[str, Any], n_classes: int) -> None:
+        cores = []
+        for i, core in enumerate(_cores(state, n_classes)):
+            where = f"cores[{i}]"
+            weights = _floats(_field(core, "weights", where), f"{where}.weights", (-1,))
+            saved = _field(core, "models", where)
+            if not isinstance(saved, list) or len(saved) != len(weights):
+                raise _StateError(f"{where}.models must be a list of {len(weights)} models")
+            models = []
+            for j, model in enumerate(saved):
+                name = f"{where}.models[{j}]"
+                edges = _edges(_field(model, "edges", name), f"{name}.edges")
+                theta = _floats(_field(model, "theta", name), f"{name}.theta",
+                                (len(edges) - 1,))
+                models.append((edges, theta))
+            cores.append((weights, models))
+        self.cores_ = cores
+
 
 # --------------------------------------------------------------------------- registry
 
@@ -798,3 +1024,8 @@ def calibrate(
     """
     check_choice(name, "name", CALIBRATORS)
     return CALIBRATORS[name](**kwargs).fit(val_logits, val_labels).predict_proba(test_logits)
+
+
+def load(path: str | os.PathLike) -> Calibrator:
+    """Read any calibrator written by :meth:`Calibrator.save` (JSON; errors name the path)."""
+    return Calibrator.load(path)

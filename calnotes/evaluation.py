@@ -48,7 +48,7 @@ UNCALIBRATED = "uncalibrated"
 BINARY_METHODS = ("histogram", "isotonic", "bbq", "platt")
 #: The columns of Guo et al.'s Table 1, in its order (binning methods one-vs-all).
 MULTICLASS_METHODS = ("histogram", "isotonic", "bbq", "temperature", "vector", "matrix")
-#: Metrics of :attr:`CalibrationComparison.table`, in column order.
+#: Metrics of the ``table`` of a :class:`CalibrationComparison`, in column order.
 TABLE_METRICS = ("error", "nll", "brier", "ece", "mce")
 #: Display names, as in Guo et al.'s Table 1.
 LABELS = {
@@ -262,12 +262,14 @@ def compare_with_sklearn(
 
     Four pairs, fitted on the validation split and applied to the test split:
 
-    * ``isotonic, on p``: :class:`IsotonicCalibration` vs ``IsotonicRegression`` on
-      ``p = softmax(z)_1`` (identical by construction: ours wraps it);
+    * ``isotonic, on p``: :class:`~calnotes.calibrators.IsotonicCalibration` vs
+      ``IsotonicRegression`` on ``p = softmax(z)_1`` (identical by construction: ours wraps
+      it);
     * ``isotonic, on s``: the same vs ``CalibratedClassifierCV(FrozenEstimator(.),
       method="isotonic")``, which regresses on the decision score ``s = z_1 - z_0``: the
       fitted steps agree, the interpolation between them differs (linear in s, not in p);
-    * ``Platt``: :class:`PlattScaling` vs unpenalized ``LogisticRegression`` on ``s``;
+    * ``Platt``: :class:`~calnotes.calibrators.PlattScaling` vs unpenalized
+      ``LogisticRegression`` on ``s``;
     * ``Platt, smoothed targets``: ``PlattScaling(prior_correction=True)`` vs
       ``CalibratedClassifierCV(method="sigmoid")`` (Platt's targets (N+ + 1)/(N+ + 2)).
 

@@ -142,7 +142,8 @@ def focal_loss(
 
 
 class FocalLoss(nn.Module):
-    """Focal loss (Lin et al. 2017): ``L = -(1 - p_y)^gamma log p_y``, averaged over the batch.
+    r"""Focal loss (Lin et al. 2017): :math:`L = -(1 - p_y)^\gamma \log p_y`, averaged over
+    the batch.
 
     ``gamma = 0`` is cross-entropy. ``forward(logits, labels, gamma=None)`` takes an optional
     override: a number or a per-sample ``(N,)`` tensor of non-negative ``gamma`` (as produced
@@ -194,7 +195,7 @@ class FLSD53(nn.Module):
 
 
 class LabelSmoothingLoss(nn.Module):
-    """Cross-entropy against smoothed targets ``q = (1 - s) onehot(y) + s / C``.
+    r"""Cross-entropy against smoothed targets :math:`q = (1 - s)\, \mathrm{onehot}(y) + s / C`.
 
     ``L = (1 - s) (-log p_y) + s * mean_c (-log p_c)``; the same quantity as
     ``F.cross_entropy(logits, labels, label_smoothing=s)``. ``s`` must lie in ``[0, 1)``.
@@ -253,7 +254,8 @@ def mixup_batch(
 
 
 class MixupLoss(nn.Module):
-    """Mixup objective ``lam * base(z, y_a) + (1 - lam) * base(z, y_b)``.
+    r"""Mixup objective :math:`\lambda\, L(z, y_a) + (1 - \lambda)\, L(z, y_b)` for a base
+    loss :math:`L`.
 
     ``base`` defaults to cross-entropy. The Trainer knows nothing about mixup: a batch
     transform applied to each training batch calls :func:`mixup_batch`, the model sees
@@ -388,7 +390,8 @@ def _check_labels_for(labels: Any, probs: torch.Tensor) -> torch.Tensor:
 
 
 class DECELoss(nn.Module):
-    """Cross-entropy plus differentiable ECE: ``L = CE + weight * DECE(softmax(z), y)``.
+    r"""Cross-entropy plus differentiable ECE:
+    :math:`L = \mathrm{CE} + w \cdot \mathrm{DECE}(\operatorname{softmax}(z), y)`.
 
     See :func:`dece` for the soft binning (``temperature``) and the soft correctness
     (``accuracy_temperature``).
@@ -431,7 +434,8 @@ class DECELoss(nn.Module):
 
 
 class SECELoss(nn.Module):
-    """Soft (kernel) ECE as a loss: ``L = weight * SECE(softmax(z), y)`` (+ CE if ``with_ce``).
+    r"""Soft (kernel) ECE as a loss: :math:`L = w \cdot \mathrm{SECE}(\operatorname{softmax}(z), y)`
+    (plus CE if ``with_ce``).
 
     SECE is :func:`calnotes.metrics.sece`: Gaussian-kernel soft accuracy
     ``a_i = sum_j K(r_i, r_j) c_j / sum_j K(r_i, r_j)`` on the confidences and
@@ -489,7 +493,8 @@ def _accurate_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch
 
 
 class LogitNormLoss(nn.Module):
-    """LogitNorm loss (Wei et al. 2022): ``L = CE( z / (tau * (||z||_2 + eps)), y )``.
+    r"""LogitNorm loss (Wei et al. 2022):
+    :math:`L = \mathrm{CE}\big(z / (\tau (\lVert z \rVert_2 + \epsilon)),\, y\big)`.
 
     The normalised logits have norm below ``1 / tau``, so the loss cannot be pushed to 0 by
     growing the logit norm. The norm uses a guarded square root so that zero logits give

@@ -847,7 +847,8 @@ def brier(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
 
 @_one_thread_when_busy
 def error(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
-    """Top-1 error rate ``1 - mean_i 1[argmax_k p_ik = y_i]`` (ties: first maximal class)."""
+    r"""Top-1 error rate :math:`1 - \frac1N \sum_i \mathbf 1[\arg\max_k p_{ik} = y_i]` (ties:
+    first maximal class)."""
     _, correct, dtype, from_numpy = _top_label_checked(probs, labels)
     value = 1.0 - correct.to(_acc_dtype(correct.device)).mean()
     return _scalar(value, dtype, from_numpy)

@@ -61,19 +61,21 @@ __all__ = [
 
 
 def msp(logits: ArrayLike) -> ArrayLike:
-    """Maximum softmax probability ``max_c softmax(z)_c`` (Hendrycks & Gimpel 2017)."""
+    r"""Maximum softmax probability :math:`\max_c \operatorname{softmax}(z)_c` (Hendrycks &
+    Gimpel 2017)."""
     z, numpy_out = check_logits(logits)
     return like_input(F.softmax(z, dim=1).amax(dim=1), numpy_out)
 
 
 def max_logit(logits: ArrayLike) -> ArrayLike:
-    """Maximum logit ``max_c z_c`` (Hendrycks et al. 2022)."""
+    r"""Maximum logit :math:`\max_c z_c` (Hendrycks et al. 2022)."""
     z, numpy_out = check_logits(logits)
     return like_input(z.amax(dim=1), numpy_out)
 
 
 def energy(logits: ArrayLike, temperature: float = 1.0) -> ArrayLike:
-    """Negative free energy ``T logsumexp(z / T)`` (Liu et al. 2020); higher = more ID."""
+    r"""Negative free energy :math:`T \log \sum_c e^{z_c / T}` (Liu et al. 2020); higher =
+    more ID."""
     temperature = check_positive_float(temperature, "temperature")
     z, numpy_out = check_logits(logits)
     return like_input(temperature * torch.logsumexp(z / temperature, dim=1), numpy_out)

@@ -1,10 +1,11 @@
-"""Synthetic binary predictions whose true calibration error is known.
+r"""Synthetic binary predictions whose true calibration error is known.
 
 A model predicts the positive class with confidence ``c ~ Beta(a, b)`` folded into
 [0.5, 1], and is right with probability ``f(c)``, where ``f`` is a *calibration curve*.
 The true top-label calibration error is then
 
-    TCE = E_c |f(c) - c| = integral |f(c) - c| p(c) dc,
+.. math::
+    \mathrm{TCE} = \mathbb{E}_c\, |f(c) - c| = \int |f(c) - c|\, p(c)\, dc,
 
 computed here by adaptive quadrature, so estimators (binned ECE, ACE, SECE) can be
 compared against the truth as the number of bins and the sample size vary.

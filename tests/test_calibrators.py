@@ -23,6 +23,7 @@ from calnotes.calibrators import (
     TemperatureScaling,
     VectorScaling,
     calibrate,
+    load,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -589,3 +590,92 @@ def test_option_and_scores_errors() -> None:
         PlattScaling().fit(np.array([0.1, -0.2, 0.3]), np.array([0, 1, 2]))
     with pytest.raises(NotFittedError):
         PlattScaling().predict_positive(s)
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_save_load_round_trip_gives_identical_predictions(name, n_classes, tmp_path) -> None:
+    z, y = _overconfident(600, n_classes, seed=3)
+    z_new, _ = _overconfident(300, n_classes, seed=4)
+    cal = CALIBRATORS[name]().fit(z, y)
+    path = cal.save(tmp_path / f"{name}.json")
+    back = load(path)
+    assert type(back) is type(cal) and back.n_classes_ == n_classes
+    # The same float64 parameters go through the same code, so the outputs are identical:
+    # JSON keeps every float exactly (shortest round-trip repr).
+    np.testing.assert_array_equal(back.predict_proba(z_new), cal.predict_proba(z_new))
+    t_new = torch.from_numpy(z_new).float()
+    assert torch.equal(back.predict_proba(t_new), cal.predict_proba(t_new))
+
+
+def test_saved_calibrator_is_plain_json_with_its_class_and_parameters(tmp_path) -> None:
+    import json
+
+    z, y = _overconfident(400, 3, seed=5)
+    cal = MatrixScaling(reg=0.01).fit(z, y)
+    data = json.loads(cal.save(tmp_path / "m.json").read_text())
+    assert data["class"] == "MatrixScaling" and data["params"]["reg"] == 0.01
+    assert np.array(data["state"]["weight"]).shape == (3, 3)
+    bbq = BBQ(n_bins=[2, 3]).fit(z, y)
+    assert load(bbq.save(tmp_path / "b.json")).n_bins == (2, 3)
+
+
+def test_load_on_a_subclass_checks_the_class(tmp_path) -> None:
+    z, y = _overconfident(300, 3, seed=6)
+    path = VectorScaling().fit(z, y).save(tmp_path / "v.json")
+    assert isinstance(VectorScaling.load(path), VectorScaling)
+    with pytest.raises(ValueError, match=r"v\.json.*VectorScaling, not a TemperatureScaling"):
+        TemperatureScaling.load(path)
+
+
+def test_save_before_fit_raises() -> None:
+    with pytest.raises(NotFittedError):
+        TemperatureScaling().to_dict()
+
+
+def _saved(tmp_path, edit) -> str:
+    import json
+
+    z, y = _overconfident(300, 3, seed=7)
+    data = VectorScaling().fit(z, y).to_dict()
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(format="something else"), "not a saved calibrator"),
+    (lambda d: d.update(version=99), "unsupported version 99"),
+    (lambda d: d.update({"class": "Pickled"}), "unknown calibrator class 'Pickled'"),
+    (lambda d: d["params"].update(max_iter=-1), "max_iter must be >= 1"),
+    (lambda d: d["params"].update(bogus=1), "bad params for VectorScaling"),
+    (lambda d: d["state"].update(weight=[1.0, 2.0]), r"state.weight must have shape \(3,\)"),
+    (lambda d: d["state"].update(bias=[0.0, float("nan"), 0.0]), "state.bias must be .*finite"),
+    (lambda d: d["state"].pop("bias"), "state has no field 'bias'"),
+    (lambda d: d["state"].update(n_classes=1), "n_classes must be an int >= 2"),
+])
+def test_load_rejects_bad_content_naming_the_file(tmp_path, edit, message) -> None:
+    path = _saved(tmp_path, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        load(path)
+    assert str(info.value).startswith(path)
+
+
+def test_load_rejects_bad_files_naming_the_path(tmp_path) -> None:
+    import pickle
+
+    with pytest.raises(ValueError, match=r"nothing\.json: no such file"):
+        load(tmp_path / "nothing.json")
+    pickled = tmp_path / "cal.pkl"
+    pickled.write_bytes(pickle.dumps({"temperature": 2.0}))
+    with pytest.raises(ValueError, match=r"cal\.pkl: not a JSON file"):
+        load(pickled)
+    ts = tmp_path / "t.json"
+    TemperatureScaling.with_temperature(2.0, 3).save(ts)
+    ts.write_text(ts.read_text().replace('"temperature": 2.0', '"temperature": -2.0'))
+    with pytest.raises(ValueError, match=r"t\.json: state.temperature must be > 0"):
+        load(ts)

@@ -204,6 +204,7 @@ class History:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> History:
+        """The history that :meth:`to_dict` wrote."""
         if not isinstance(data, Mapping) or "records" not in data:
             raise ValueError("data must be a mapping with a 'records' list (from History.to_dict)")
         return cls(data["records"])
@@ -382,7 +383,7 @@ class Trainer:
       rounding), off otherwise and on CUDA. ``True`` forces it, also for batch-norm
       models, where torch's NHWC batch norm sums less accurately (see ``_nhwc_pays``).
     * ``threads``: intra-op CPU threads during :meth:`fit`. ``"auto"`` (default, CPU
-      only) asks :func:`calnotes._threads.auto_threads` once per run and keeps the answer
+      only) asks ``calnotes._threads.auto_threads`` once per run and keeps the answer
       in the checkpoint, so a resumed run uses the same number; an int sets it; ``None``
       keeps torch's setting. The previous setting is restored when ``fit`` returns.
     * ``compile``: ``torch.compile``, off by default (on a CPU it paid 1.2x per ResNet-20
@@ -655,7 +656,7 @@ class Trainer:
 
     def _threads_for_fit(self) -> int | None:
         """Threads for this fit: an int as given; ``"auto"`` on the CPU: those a resumed
-        checkpoint recorded, else :func:`~calnotes._threads.auto_threads`."""
+        checkpoint recorded, else ``auto_threads()``."""
         if self.threads == "auto":
             if self.device.type != "cpu":
                 return None

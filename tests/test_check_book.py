@@ -1,0 +1,84 @@
+"""tools/check_book.py in a real headless Chromium, on small pages with known problems.
+
+Skipped where Chromium (Debian package ``chromium``) or websocket-client is missing;
+``make check-book`` installs both before it runs on the built book.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or importlib.util.find_spec("websocket") is None,
+    reason="needs the chromium package and websocket-client",
+)
+
+PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<style>body {{ margin: 0; font: 16px sans-serif; }} img {{ max-width: 100%; }}</style>
+</head><body><main>{body}</main></body></html>"""
+
+
+def _checker():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import check_book
+    finally:
+        sys.path.pop(0)
+    return check_book
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    pages = tmp_path / "book"
+    pages.mkdir()
+    plt.imsave(pages / "small.png", np.zeros((20, 30, 3)))
+    plt.imsave(pages / "wide.png", np.zeros((20, 3000, 3)))
+    (tmp_path / "book" / "index.html").write_text(PAGE.format(
+        body='<p>All is well.</p><img src="small.png">'))
+    (pages / "broken.html").write_text(PAGE.format(body=(
+        r'<p>Raw: <span class="math">\(x^2\)</span> and \frac{a}{b} in the text.</p>'
+        '<img src="missing.png"><div style="width: 3000px">a wide block</div>')))
+    (pages / "clipped.html").write_text(PAGE.format(body=(
+        '<div style="overflow: hidden; width: 200px"><pre style="width: 900px">long</pre></div>'
+        '<div style="overflow-x: auto; width: 200px"><pre style="width: 900px">ok</pre></div>'
+        '<img src="wide.png">')))
+    return tmp_path
+
+
+def test_a_clean_page_passes_and_broken_ones_fail_for_each_reason(book: Path) -> None:
+    found = _checker().check(book, CHROMIUM)
+    pages = {where.split(" at ")[0] for where in found}
+    assert pages == {"book/broken.html", "book/clipped.html"}
+
+    broken = " | ".join(found["book/broken.html at 1280 px (desktop)"])
+    assert "1 formula(s) not typeset" in broken
+    assert r"raw LaTeX in the text" in broken and r"\frac" in broken
+    assert "image did not load: missing.png" in broken
+    assert "page scrolls sideways" in broken
+    assert "missing.png (net::ERR_FILE_NOT_FOUND)" in broken
+
+    desktop = " | ".join(found["book/clipped.html at 1280 px (desktop)"])
+    assert desktop.count("content cut off") == 1  # the box that scrolls is fine
+    assert "figure shrunk to" in desktop
+    phone = " | ".join(found["book/clipped.html at 390 px (phone)"])
+    assert "figure shrunk" not in phone  # on a phone every wide figure is scaled down
+
+
+def test_main_exits_1_on_problems_and_2_without_a_book(book: Path, tmp_path: Path,
+                                                       capsys) -> None:
+    checker = _checker()
+    assert checker.main([str(book)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL book/broken.html at 1280 px (desktop)" in out
+    assert "pages: 1 passed, 2 failed" in out
+    assert checker.main([str(tmp_path / "nothing")]) == 2

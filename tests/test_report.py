@@ -1,0 +1,166 @@
+"""Tests for calnotes.report and ``python -m calnotes report`` on small real .npz/.pt files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calnotes import calibrators, report
+from calnotes.__main__ import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _overconfident(n: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 logits 3 z of a calibrated model z (labels drawn from softmax(z))."""
+    g = torch.Generator().manual_seed(seed)
+    z = 2.0 * torch.randn(n, c, generator=g, dtype=torch.float64)
+    y = torch.multinomial(torch.softmax(z, dim=1), 1, generator=g)[:, 0]
+    return (3.0 * z).float().numpy(), y.numpy()
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    """A validation split as .npz and a test split as .pt, written by numpy and torch."""
+    val, test = _overconfident(600, 4, seed=1), _overconfident(400, 4, seed=2)
+    np.savez(tmp_path / "val.npz", logits=val[0], labels=val[1])
+    torch.save({"logits": torch.from_numpy(test[0]), "labels": torch.from_numpy(test[1])},
+               tmp_path / "test.pt")
+    return {"val": tmp_path / "val.npz", "test": tmp_path / "test.pt", "dir": tmp_path}
+
+
+def test_load_logits_reads_npz_as_numpy_and_pt_as_tensors(files) -> None:
+    z, y = report.load_logits(files["val"])
+    assert isinstance(z, np.ndarray) and z.shape == (600, 4) and y.shape == (600,)
+    zt, yt = report.load_logits(files["test"])
+    assert isinstance(zt, torch.Tensor) and zt.shape == (400, 4) and yt.dtype == torch.int64
+
+
+def test_make_report_fits_on_validation_and_measures_on_test(files) -> None:
+    val, test = report.load_logits(files["val"]), report.load_logits(files["test"])
+    rep = report.make_report(*val, *test)
+    table = rep.comparison.table
+    assert list(table.index) == ["uncalibrated", *report.default_methods(4)]
+    # the test metrics of temperature scaling are those of the calibrator fitted on val
+    ts = calibrators.TemperatureScaling().fit(*val)
+    assert ts.temperature_ == pytest.approx(rep.calibrators["temperature"].temperature_,
+                                            rel=1e-9)
+    # an overconfident model: temperature scaling softens it and lowers the test ECE
+    assert ts.temperature_ > 1.5
+    assert table.loc["temperature", "ece"] < 0.5 * table.loc["uncalibrated", "ece"]
+    text = rep.summary()
+    assert "overconfident" in text and "T = " in text and "Temp. scaling" in text
+
+
+def test_binary_logits_get_platt_scaling_too() -> None:
+    (zv, yv), (zt, yt) = _overconfident(300, 2, seed=3), _overconfident(300, 2, seed=4)
+    rep = report.make_report(zv, yv, zt, yt)
+    assert "platt" in rep.calibrators and "matrix" not in rep.calibrators
+
+
+def test_save_figures_writes_png_files(files, tmp_path) -> None:
+    rep = report.make_report(*report.load_logits(files["val"]),
+                             *report.load_logits(files["test"]), methods=["temperature"])
+    paths = rep.save_figures(tmp_path / "figs")
+    assert sorted(p.name for p in paths) == ["confidence.png", "reliability.png"]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
+
+
+def test_cli_prints_the_table_writes_figures_and_the_calibrator(files, capsys) -> None:
+    out_dir, saved = files["dir"] / "out", files["dir"] / "ts.json"
+    rc = main(["report", str(files["val"]), str(files["test"]), "--out", str(out_dir),
+               "--methods", "temperature,isotonic", "--save-calibrator", str(saved)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "Uncalibrated" in printed and "Isotonic" in printed and "ECE (%)" in printed
+    assert (out_dir / "reliability.png").read_bytes()[:8] == PNG_MAGIC
+    back = calibrators.load(saved)
+    assert isinstance(back, calibrators.TemperatureScaling)
+    assert json.loads(saved.read_text())["class"] == "TemperatureScaling"
+
+
+def test_cli_runs_as_a_module_and_imports_only_the_toolkit(files) -> None:
+    code = (
+        "import sys, runpy; sys.argv = ['calnotes', 'report', sys.argv[1], sys.argv[2], "
+        "'--out', sys.argv[3], '--methods', 'temperature']\n"
+        "try:\n    runpy.run_module('calnotes', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[:2] in ("
+        "['calnotes', 'data'], ['calnotes', 'training'], ['calnotes', 'experiments'], "
+        "['calnotes', 'store'], ['calnotes', 'runs'], ['calnotes', 'models'], "
+        "['calnotes', 'meta'], ['calnotes', 'sweeps']) or m == 'torchvision')\n"
+        "print('HEAVY', heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(files["val"]), str(files["test"]),
+         str(files["dir"] / "cli")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Temp. scaling" in result.stdout
+    assert "HEAVY []" in result.stdout
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda d: d / "missing.npz", r"missing\.npz: no such file"),
+    (lambda d: _write(d / "x.csv", b"1,2"), r"x\.csv: unsupported file type '\.csv'"),
+    (lambda d: _npz(d / "nolabels.npz", logits=np.zeros((3, 2), np.float32)),
+     r"nolabels\.npz: no array named 'labels'; found \['logits'\]"),
+    (lambda d: _npz(d / "flat.npz", logits=np.zeros(3, np.float32), labels=np.zeros(3, int)),
+     r"flat\.npz: logits must have shape \(N, C\)"),
+    (lambda d: _npz(d / "short.npz", logits=np.zeros((3, 2), np.float32),
+                    labels=np.zeros(2, int)), r"short\.npz: labels has length 2"),
+    (lambda d: _npz(d / "range.npz", logits=np.zeros((3, 2), np.float32),
+                    labels=np.array([0, 1, 2])), r"range\.npz: labels must lie in \[0, 2\)"),
+    (lambda d: _npz(d / "nan.npz", logits=np.full((3, 2), np.nan, np.float32),
+                    labels=np.zeros(3, int)), r"nan\.npz: logits contains NaN"),
+    (lambda d: _write(d / "broken.npz", b"not a zip file"), r"broken\.npz: not a readable"),
+    (lambda d: _pt(d / "tensor.pt", torch.zeros(3, 2)), r"tensor\.pt: expected a dict"),
+    (lambda d: _pt(d / "evil.pt", {"logits": Path("x"), "labels": torch.zeros(3)}),
+     r"evil\.pt: not a readable tensor file for torch.load\(weights_only=True\)"),
+])
+def test_bad_files_raise_errors_that_name_the_path(tmp_path, make, message) -> None:
+    path = make(tmp_path)
+    with pytest.raises((ValueError, TypeError), match=message):
+        report.load_logits(path)
+
+
+def test_float_labels_are_a_type_error_naming_the_path(tmp_path) -> None:
+    path = _npz(tmp_path / "f.npz", logits=np.zeros((3, 2), np.float32), labels=np.zeros(3))
+    with pytest.raises(TypeError, match=r"f\.npz: labels must have an integer dtype"):
+        report.load_logits(path)
+
+
+def test_cli_reports_bad_input_on_stderr_with_exit_code_2(files, tmp_path, capsys) -> None:
+    other = _npz(tmp_path / "three.npz", logits=np.zeros((5, 3), np.float32),
+                 labels=np.arange(5) % 3)
+    assert main(["report", str(files["val"]), str(other), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "val.npz has 4 classes but" in err and "three.npz has 3" in err
+    assert main(["report", str(tmp_path / "none.npz"), str(other)]) == 2
+    assert "none.npz: no such file" in capsys.readouterr().err
+    assert main(["report", str(files["val"]), str(files["test"]), "--methods", "magic"]) == 2
+    assert "unknown methods ['magic']" in capsys.readouterr().err
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def _pt(path: Path, obj: object) -> Path:
+    torch.save(obj, path)
+    return path
