@@ -119,7 +119,7 @@ def check_probs(probs: Any, name: str = "probs") -> tuple[torch.Tensor, bool]:
 
     A 1-d input is read as the positive-class probability of a binary problem and becomes
     the two columns ``[1 - p, p]``. Entries must lie in [0, 1] and rows must sum to 1
-    within :data:`PROB_SUM_ATOL`.
+    within :func:`prob_sum_atol` of their dtype.
     """
     t, from_numpy = as_tensor(probs, name)
     if t.ndim not in (1, 2):

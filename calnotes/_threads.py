@@ -94,15 +94,6 @@ def auto_threads(window: float = 0.1) -> int:
     return answer
 
 
-def machine_is_busy() -> bool:
-    """A cheap check (no sampling) for code that cannot wait 0.2 s: the 1-minute load
-    average is at least the number of usable CPUs."""
-    try:
-        return os.getloadavg()[0] >= usable_cpus()
-    except OSError:
-        return False
-
-
 @contextmanager
 def cpu_threads(threads: int | None) -> Iterator[int]:
     """Run the block with ``threads`` intra-op threads (``None``: as they are) and restore

@@ -28,11 +28,10 @@ and a Python ``float`` for numpy input. Sums over samples are accumulated in flo
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,7 +39,6 @@ import torch
 import torch.nn.functional as F
 
 from calnotes._checks import (
-    PROB_SUM_ATOL,
     ArrayLike,
     as_tensor,
     check_choice,
@@ -50,8 +48,8 @@ from calnotes._checks import (
     check_positive_int,
     check_probs,
     like_input,
+    prob_sum_atol,
 )
-from calnotes._threads import cpu_threads, machine_is_busy
 
 __all__ = [
     "ReliabilityBins",
@@ -72,8 +70,6 @@ __all__ = [
 BINNINGS = ("uniform", "quantile")
 NORMS = ("l1", "l2", "max")
 REPORT_METRICS = ("error", "nll", "brier", "ece", "mce", "ace", "classwise_ece", "sece")
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Classwise metrics bin the (N, C) matrix in blocks of about this many entries (bounded
 #: memory for 1,000,000 x 1000 inputs).
@@ -107,21 +103,6 @@ def _scalar(value: torch.Tensor, dtype: torch.dtype, from_numpy: bool) -> torch.
     return value.to(dtype)
 
 
-def _one_thread_when_busy(fn: _F) -> _F:
-    """Run ``fn`` with one intra-op thread when the machine is busy (load average at least
-    the usable CPUs): its many short passes would otherwise each wait at a barrier for
-    threads that other processes keep off their cores (see :mod:`calnotes._threads`).
-    Only for metrics whose value does not depend on the number of threads (reductions
-    within rows, sequential ``index_add``/``bincount``)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with cpu_threads(1 if machine_is_busy() else None):
-            return fn(*args, **kwargs)
-
-    return cast(_F, wrapper)
-
-
 def _top_label(p: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``max`` with its index: the gradient of ``c_i`` goes to the first maximal entry."""
     conf, pred = p.max(dim=1)
@@ -144,7 +125,7 @@ def _top_label_checked(probs: Any, labels: Any) -> tuple[torch.Tensor, torch.Ten
     t, from_numpy = as_tensor(probs, "probs")
     fusable = (
         t.ndim == 2 and t.shape[0] > 0 and t.shape[1] >= 2 and t.is_contiguous()
-        and t.dtype in (torch.float32, torch.float64) and t.device.type in ("cpu", "cuda")
+        and t.dtype in (torch.float32, torch.float64) and t.device.type == "cpu"
         and not (t.requires_grad and torch.is_grad_enabled())
     )
     if not fusable:
@@ -169,6 +150,7 @@ def _fused_top_label(p: torch.Tensor, labels: Any) -> tuple[torch.Tensor, torch.
     ties go to the first maximal class as in :func:`_top_label`.
     """
     n, c = p.shape
+    atol = prob_sum_atol(p.dtype)
     y, label_error = None, None
     try:
         y = check_labels(labels, n, c, "labels").to(p.device)
@@ -195,7 +177,7 @@ def _fused_top_label(p: torch.Tensor, labels: Any) -> tuple[torch.Tensor, torch.
     one = torch.ones((), dtype=p.dtype).view(int_dtype)
     lo_sum, hi_sum = torch.aminmax(sums)
     flags = torch.stack([mins.amin() < 0, conf_bits.amax() > one,
-                         torch.maximum(hi_sum - 1, 1 - lo_sum) > PROB_SUM_ATOL]).tolist()
+                         torch.maximum(hi_sum - 1, 1 - lo_sum) > atol]).tolist()
     if any(flags):
         check_probs(p, "probs")  # raises the error that the generic path raises
     if label_error is not None or y is None:
@@ -203,8 +185,8 @@ def _fused_top_label(p: torch.Tensor, labels: Any) -> tuple[torch.Tensor, torch.
     conf = conf_bits.view(p.dtype)
     correct = p_true.squeeze(1) == conf
     # A tie needs two entries equal to c_i, so an exact row sum >= 2 c_i. The float row
-    # sums are at most 1 + PROB_SUM_ATOL and within a factor 1 + C eps of the exact ones.
-    bound = 0.5 * (1 + PROB_SUM_ATOL) * (1 + 2 * c * torch.finfo(p.dtype).eps)
+    # sums are at most 1 + atol and within a factor 1 + C eps of the exact ones.
+    bound = 0.5 * (1 + atol) * (1 + 2 * c * torch.finfo(p.dtype).eps)
     rows_tied = (correct & (conf <= bound)).nonzero().squeeze(1)
     if rows_tied.numel() > 0:
         correct[rows_tied] = p[rows_tied].max(dim=1).indices == y[rows_tied]
@@ -336,7 +318,6 @@ def probs_from_logits(logits: ArrayLike) -> ArrayLike:
     return like_input(torch.softmax(z.to(dtype), dim=1), from_numpy)
 
 
-@_one_thread_when_busy
 def confidences_and_correct(probs: ArrayLike, labels: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
     """Top-label ``confidences c_i = max_k p_ik`` and ``correct r_i = 1[argmax_k p_ik = y_i]``.
 
@@ -383,7 +364,6 @@ class ReliabilityBins:
         return frame
 
 
-@_one_thread_when_busy
 def reliability_bins(
     probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, binning: str = "uniform"
 ) -> ReliabilityBins:
@@ -414,7 +394,6 @@ def reliability_bins(
     )
 
 
-@_one_thread_when_busy
 def ece(
     probs: ArrayLike,
     labels: ArrayLike,
@@ -450,7 +429,6 @@ def mce(
     return ece(probs, labels, n_bins=n_bins, binning=binning, norm="max")
 
 
-@_one_thread_when_busy
 def _classwise(
     probs: ArrayLike, labels: ArrayLike, n_bins: int, binning: str
 ) -> torch.Tensor | float:
@@ -845,7 +823,6 @@ def brier(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
     return _scalar(value, p.dtype, from_numpy)
 
 
-@_one_thread_when_busy
 def error(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
     r"""Top-1 error rate :math:`1 - \frac1N \sum_i \mathbf 1[\arg\max_k p_{ik} = y_i]` (ties:
     first maximal class)."""

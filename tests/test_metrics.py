@@ -918,24 +918,6 @@ def test_negative_zero_is_a_valid_probability():
     assert conf.tolist() == [1.0, 0.6, 0.5] and correct.tolist() == [1.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("busy", [False, True])
-def test_ece_same_value_and_threads_restored_on_a_busy_machine(monkeypatch, busy):
-    p, y = tricky_probs(4, 2000, 9, torch.float32)
-    expected = M.ece(p, y)
-    seen = []
-    real = M._fused_top_label
-
-    def spy(*args):
-        seen.append(torch.get_num_threads())
-        return real(*args)
-
-    monkeypatch.setattr(M, "machine_is_busy", lambda: busy)
-    monkeypatch.setattr(M, "_fused_top_label", spy)
-    before = torch.get_num_threads()
-    assert torch.equal(M.ece(p, y), expected)
-    assert seen == [1 if busy else before] and torch.get_num_threads() == before
-
-
 # ---- SECE on a grid
 
 

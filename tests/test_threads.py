@@ -57,11 +57,3 @@ def test_cpu_threads_sets_and_restores_even_after_an_error() -> None:
     assert torch.get_num_threads() == before
     with T.cpu_threads(None) as n:
         assert n == before
-
-
-def test_machine_is_busy_compares_the_load_with_the_cpus(monkeypatch) -> None:
-    monkeypatch.setattr(T, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(T.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
-    assert T.machine_is_busy()
-    monkeypatch.setattr(T.os, "getloadavg", lambda: (1.2, 0.0, 0.0))
-    assert not T.machine_is_busy()

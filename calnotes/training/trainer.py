@@ -33,6 +33,7 @@ from calnotes._checks import (
     check_choice,
     check_nonnegative_float,
     check_positive_float,
+    check_device,
     check_positive_int,
     model_device,
 )
@@ -67,37 +68,12 @@ _CHECKPOINT_FORMAT = 1
 
 
 def select_device(device: str | torch.device = "auto") -> torch.device:
-    """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU.
-
-    Raises ``ValueError`` for an unknown device string or a CUDA/MPS device that is not
-    available, ``TypeError`` for anything that is neither a string nor a ``torch.device``.
-    """
-    if isinstance(device, torch.device):
-        dev = device
-    elif isinstance(device, str):
-        if device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        try:
-            dev = torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(
-                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
-            ) from err
-    else:
-        raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {str(dev)!r} was requested but CUDA is not available")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {str(dev)!r} does not exist: {torch.cuda.device_count()} CUDA device(s)"
-            )
-    elif dev.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ValueError("device 'mps' was requested but MPS is not available")
-    elif dev.type != "cpu":
-        raise ValueError(f"device must be a CPU, CUDA or MPS device, got {str(dev)!r}")
-    return dev
+    """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU; anything else is
+    checked by :func:`calnotes._checks.check_device` (``ValueError`` for an unknown or
+    absent device, ``TypeError`` for a value that is neither a string nor a device)."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return check_device(device)
 
 
 def describe_device(device: str | torch.device) -> str:
