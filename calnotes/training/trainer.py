@@ -31,9 +31,9 @@ from torch import nn
 
 from calnotes._checks import (
     check_choice,
+    check_device,
     check_nonnegative_float,
     check_positive_float,
-    check_device,
     check_positive_int,
     model_device,
 )
