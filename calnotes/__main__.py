@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         if val_logits.shape[1] != test_logits.shape[1]:
             raise ValueError(f"{args.val} has {val_logits.shape[1]} classes but {args.test} "
                              f"has {test_logits.shape[1]}")
-        methods = None if args.methods is None else [
-            m.strip() for m in args.methods.split(",") if m.strip()]
-        if args.save_calibrator and methods is not None and args.calibrator not in methods:
+        methods = (list(report.default_methods(val_logits.shape[1])) if args.methods is None
+                   else [m.strip() for m in args.methods.split(",") if m.strip()])
+        if args.save_calibrator and args.calibrator not in methods:
             methods.append(args.calibrator)
         rep = report.make_report(val_logits, val_labels, test_logits, test_labels,
                                  methods=methods, n_bins=args.bins)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.save_calibrator:
             path = rep.calibrators[args.calibrator].save(args.save_calibrator)
             print(f"wrote {path} ({args.calibrator}; load it with calnotes.calibrators.load)")
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -35,7 +35,7 @@ import torch
 
 from . import metrics, plots
 from ._checks import ArrayLike, check_labels, check_logits, check_positive_int
-from .calibrators import CALIBRATORS, Calibrator, TemperatureScaling
+from .calibrators import Calibrator, TemperatureScaling
 from .evaluation import (
     BINARY_METHODS,
     LABELS,
@@ -226,15 +226,8 @@ def make_report(
     keys of :data:`calnotes.calibrators.CALIBRATORS`. numpy and torch inputs both work.
     """
     zv, _ = check_logits(val_logits, "val_logits")
-    zt, _ = check_logits(test_logits, "test_logits")
-    if zv.shape[1] != zt.shape[1]:
-        raise ValueError(f"val_logits has {zv.shape[1]} classes but test_logits has "
-                         f"{zt.shape[1]}")
-    chosen = default_methods(int(zv.shape[1])) if methods is None else tuple(methods)
-    unknown = [m for m in chosen if m not in CALIBRATORS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {sorted(CALIBRATORS)}")
+    chosen = default_methods(int(zv.shape[1])) if methods is None else methods
     comparison = compare_calibrators(val_logits, val_labels, test_logits, test_labels,
                                      methods=chosen, n_bins=n_bins)
-    return Report(comparison=comparison, n_val=int(zv.shape[0]), n_test=int(zt.shape[0]),
+    return Report(comparison=comparison, n_val=int(zv.shape[0]), n_test=len(test_logits),
                   n_classes=int(zv.shape[1]))

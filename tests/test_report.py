@@ -148,7 +148,8 @@ def test_cli_reports_bad_input_on_stderr_with_exit_code_2(files, tmp_path, capsy
     assert main(["report", str(tmp_path / "none.npz"), str(other)]) == 2
     assert "none.npz: no such file" in capsys.readouterr().err
     assert main(["report", str(files["val"]), str(files["test"]), "--methods", "magic"]) == 2
-    assert "unknown methods ['magic']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "methods must hold names from" in err and "got 'magic'" in err
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -164,3 +165,16 @@ def _npz(path: Path, **arrays: np.ndarray) -> Path:
 def _pt(path: Path, obj: object) -> Path:
     torch.save(obj, path)
     return path
+
+
+def test_a_single_method_name_must_come_in_a_list(files) -> None:
+    val, test = report.load_logits(files["val"]), report.load_logits(files["test"])
+    with pytest.raises(ValueError, match="non-empty sequence of names"):
+        report.make_report(*val, *test, methods="temperature")
+
+
+def test_cli_reports_an_unwritable_output_folder(files, tmp_path, capsys) -> None:
+    blocker = _write(tmp_path / "a_file", b"")
+    assert main(["report", str(files["val"]), str(files["test"]),
+                 "--out", str(blocker / "figures")]) == 2
+    assert "a_file" in capsys.readouterr().err
