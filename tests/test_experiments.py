@@ -109,6 +109,7 @@ def test_train_run_with_positive_class_is_binary(tmp_path: Path) -> None:
               "val_size": 300, "test_subset": 200, "positive_class": 9}
     result = experiment.train_run(config, device="cpu", progress=False)
     assert result.config["positive_class"] == 9
+    assert isinstance(result.threads, int) and result.threads >= 1  # recorded in provenance
     assert result.test_logits.shape == (200, 2) and result.val_logits.shape == (300, 2)
     splits = data.load_dataset("digits", val_size=300, seed=0, test_subset=200)
     assert torch.equal(result.test_labels, (splits.test.labels == 9).long())

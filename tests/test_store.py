@@ -56,6 +56,7 @@ def fake_result(config: dict | None = None, seed: int = 0, with_val: bool = True
         metrics={"test_ece": ece, "test_error": 0.5, "val_ece": 0.25},
         seconds=123.4,
         device="cpu",
+        threads=2,
     )
 
 
@@ -237,8 +238,24 @@ def test_provenance(tmp_path: Path) -> None:
     commit = run.provenance["git_commit"]
     assert commit is None or len(commit) >= 40
     text = run.provenance_text()
-    assert "cpu" in text and "2.1 min" in text and "calnotes" in text
+    assert "cpu (2 threads)" in text and "2.1 min" in text and "calnotes" in text
     assert "\n" not in text
+    assert run.provenance["cpu_threads"] == 2
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("test_logits", torch.full((40, 4), float("nan")), "test_logits contains NaN or inf"),
+    ("test_labels", torch.full((40,), 7), r"test_labels must lie in \[0, 4\)"),
+    ("val_labels", torch.zeros(29, dtype=torch.long), "val_labels has length 29"),
+    ("val_logits", torch.zeros(30, 4, dtype=torch.long), "val_logits must have a floating"),
+])
+def test_save_refuses_predictions_no_metric_could_read(tmp_path: Path, field, value,
+                                                       message) -> None:
+    result = fake_result()
+    setattr(result, field, value)
+    with pytest.raises((ValueError, TypeError), match=message):
+        RunStore(tmp_path).save(result)
+    assert not any(tmp_path.iterdir())
 
 
 def test_failed_write_leaves_no_partial_run(tmp_path: Path, monkeypatch) -> None:

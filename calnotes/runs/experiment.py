@@ -325,7 +325,8 @@ class RunResult:
 
     ``metrics`` holds ``test_<name>`` and ``val_<name>`` for every column of
     ``calnotes.metrics.calibration_report``; ``seconds`` is the wall time of training (all
-    sessions, if the run was resumed) plus final evaluation; ``device`` names the device.
+    sessions, if the run was resumed) plus final evaluation; ``device`` names the device
+    and ``threads`` the intra-op CPU threads training used (None off the CPU).
     ``model`` is the trained model (not stored by the run store).
     """
 
@@ -338,6 +339,7 @@ class RunResult:
     metrics: dict[str, float]
     seconds: float
     device: str
+    threads: int | None = None
     model: nn.Module | None = field(default=None, repr=False)
 
 
@@ -409,7 +411,7 @@ def train_run(
     return RunResult(
         config=cfg, history=history, val_logits=val_logits, val_labels=val_labels,
         test_logits=test_logits, test_labels=test_labels, metrics=metrics, seconds=seconds,
-        device=describe_device(dev), model=model,
+        device=describe_device(dev), threads=trainer.threads_used, model=model,
     )
 
 

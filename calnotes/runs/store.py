@@ -49,6 +49,7 @@ import pandas as pd
 import torch
 
 import calnotes
+from calnotes._checks import check_labels, check_logits
 from calnotes._io import file_lock, fsync_dir
 from calnotes.runs import experiment as experiments
 from calnotes.runs.experiment import RunResult
@@ -305,27 +306,13 @@ def parse_npz(data: bytes, path: Path, remedy: str = _RECOMPUTE) -> dict[str, np
 # --------------------------------------------------------------------------- runs
 
 
-def _to_numpy(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    if isinstance(x, np.ndarray):
-        return x
-    raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
-
-
-def _pack_logits(x: Any, name: str) -> np.ndarray:
-    """float32 ``(N, C)``: what the model computed, so stored numbers are the published ones."""
-    arr = _to_numpy(x, name)
-    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
-        raise ValueError(f"{name} must be float (N, C) logits, got {arr.dtype} {arr.shape}")
-    return arr.astype(np.float32)
-
-
-def _pack_labels(y: Any, name: str) -> np.ndarray:
-    arr = _to_numpy(y, name)
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must be integer (N,) labels, got {arr.dtype} {arr.shape}")
-    return arr.astype(np.int64)
+def _pack_predictions(logits: Any, labels: Any, prefix: str) -> dict[str, np.ndarray]:
+    """float32 ``(N, C)`` logits (what the model computed, so stored numbers are the
+    published ones) and int64 labels in ``[0, C)``, checked like any metric's input."""
+    z, _ = check_logits(logits, f"{prefix}_logits")
+    y = check_labels(labels, z.shape[0], z.shape[1], f"{prefix}_labels")
+    return {f"{prefix}_logits": z.detach().cpu().float().numpy(),
+            f"{prefix}_labels": y.cpu().numpy()}
 
 
 @dataclass
@@ -361,8 +348,12 @@ class StoredRun:
         date = str(p.get("date_utc", "unknown date"))[:16].replace("T", " ")
         commit = p.get("git_commit")
         commit = commit[:8] if commit else "uncommitted"
+        threads = p.get("cpu_threads")
+        device = p.get("device", "unknown device")
+        if threads:
+            device = f"{device} ({threads} thread{'s' if threads > 1 else ''})"
         return (
-            f"Trained on {p.get('device', 'unknown device')} on {date} UTC in {took} "
+            f"Trained on {device} on {date} UTC in {took} "
             f"(calnotes {p.get('calnotes_version', '?')}, commit {commit}, "
             f"torch {p.get('torch', '?')}, config {p.get('config_hash', '?')})."
         )
@@ -434,13 +425,9 @@ class RunStore:
         label = _check_label(label)
         config = experiments.default_config(**result.config)
         digest = _digest(config)
-        arrays = {
-            "test_logits": _pack_logits(result.test_logits, "test_logits"),
-            "test_labels": _pack_labels(result.test_labels, "test_labels"),
-        }
+        arrays = _pack_predictions(result.test_logits, result.test_labels, "test")
         if result.val_logits is not None:
-            arrays["val_logits"] = _pack_logits(result.val_logits, "val_logits")
-            arrays["val_labels"] = _pack_labels(result.val_labels, "val_labels")
+            arrays.update(_pack_predictions(result.val_logits, result.val_labels, "val"))
         provenance = {
             "label": label,
             "config_hash": digest,
@@ -452,6 +439,7 @@ class RunStore:
             "platform": platform.platform(),
             "device": result.device,
             "seconds": float(result.seconds),
+            "cpu_threads": result.threads,
             "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         files = {
