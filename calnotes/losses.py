@@ -15,7 +15,7 @@ the confidence, ``c = 1[argmax_c p_c == y]`` the correctness.
 * :class:`LabelSmoothingLoss` -- cross-entropy against ``(1 - s) onehot + s / C``.
 * :func:`mixup_batch` and :class:`MixupLoss` -- mixup of inputs and targets.
 * :class:`MMCELoss` -- CE plus the kernel calibration penalty MMCE.
-* :class:`DECELoss` and :func:`dece` -- CE plus a differentiable ECE.
+* :class:`DECELoss` and :func:`dece` -- CE plus a differentiable ECE (two soft forms).
 * :class:`SECELoss` -- the bin-free soft ECE of :func:`calnotes.metrics.sece` as a loss.
 * :class:`LogitNormLoss` -- CE on logits normalised to norm ``1 / tau``.
 
@@ -51,12 +51,14 @@ __all__ = [
     "LOSSES",
     "CrossEntropyLoss",
     "DECELoss",
+    "DECE_FORMS",
     "FLSD53",
     "FocalLoss",
     "LabelSmoothingLoss",
     "LogitNormLoss",
     "MMCELoss",
     "MixupLoss",
+    "RANKED_DECE",
     "SECELoss",
     "check_batch",
     "dece",
@@ -333,19 +335,58 @@ class MMCELoss(nn.Module):
         return f"weight={self.weight}, bandwidth={self.bandwidth}"
 
 
+#: Forms of the differentiable ECE; see :func:`dece`.
+DECE_FORMS = ("sharpened", "ranked")
+#: Bohdal et al.'s own hyper-parameters for ``form="ranked"`` (15 bins, soft-binning
+#: temperature 0.01, ranking sharpness 100 = 1 / 0.01).
+RANKED_DECE = {"n_bins": 15, "temperature": 0.01, "accuracy_temperature": 0.01}
+
+
+def _gaussian_bins(conf: torch.Tensor, n_bins: int, temperature: float) -> torch.Tensor:
+    """``u_im = softmax_m(-(r_i - b_m)^2 / temperature)``, ``b_m = (m + 1/2) / n_bins``."""
+    centers = (torch.arange(n_bins, device=conf.device, dtype=conf.dtype) + 0.5) / n_bins
+    return F.softmax(-((conf.unsqueeze(1) - centers) ** 2) / temperature, dim=1)
+
+
+def _linear_bins(conf: torch.Tensor, n_bins: int, temperature: float) -> torch.Tensor:
+    """``u_im = softmax_m((m r_i - m (m - 1) / (2 n_bins)) / temperature)``, ``m = 1..M``.
+
+    Neighbouring logits differ by ``(r_i - m / M) / temperature``, so bin ``m + 1`` wins
+    over bin ``m`` exactly when ``r_i > m / M``: a soft version of the equal-width bins.
+    """
+    m = torch.arange(1, n_bins + 1, device=conf.device, dtype=conf.dtype)
+    return F.softmax((conf.unsqueeze(1) * m - m * (m - 1) / (2 * n_bins)) / temperature, dim=1)
+
+
+def _sharpened_correct(probs: torch.Tensor, labels: torch.Tensor, t: float) -> torch.Tensor:
+    """``softmax(log p_i / t)_{y_i}``: the true class's share after sharpening."""
+    log_p = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
+    return F.softmax(log_p / t, dim=1).gather(1, labels.unsqueeze(1)).squeeze(1)
+
+
+def _ranked_correct(probs: torch.Tensor, labels: torch.Tensor, t: float) -> torch.Tensor:
+    """``relu(2 - rank_i)`` with the soft rank ``rank_i = 1/2 + sum_c sigmoid((p_ic - p_iy)
+    / t)`` of the true class (1 when it leads every other class by far more than ``t``)."""
+    p_true = probs.gather(1, labels.unsqueeze(1))
+    rank = 0.5 + torch.sigmoid((probs - p_true) / t).sum(dim=1)
+    return F.relu(2.0 - rank)
+
+
 def _dece(
     probs: torch.Tensor,
     labels: torch.Tensor,
     n_bins: int,
     temperature: float,
     accuracy_temperature: float,
+    form: str = "sharpened",
 ) -> torch.Tensor:
     conf = probs.max(dim=1).values
-    log_p = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
-    soft_correct = F.softmax(log_p / accuracy_temperature, dim=1)
-    soft_correct = soft_correct.gather(1, labels.unsqueeze(1)).squeeze(1)
-    centers = (torch.arange(n_bins, device=probs.device, dtype=probs.dtype) + 0.5) / n_bins
-    membership = F.softmax(-((conf.unsqueeze(1) - centers) ** 2) / temperature, dim=1)
+    if form == "ranked":
+        membership = _linear_bins(conf, n_bins, temperature)
+        soft_correct = _ranked_correct(probs, labels, accuracy_temperature)
+    else:
+        membership = _gaussian_bins(conf, n_bins, temperature)
+        soft_correct = _sharpened_correct(probs, labels, accuracy_temperature)
     per_bin = membership.t() @ (soft_correct - conf)
     return per_bin.abs().sum() / probs.shape[0]
 
@@ -356,32 +397,43 @@ def dece(
     n_bins: int = 15,
     temperature: float = 1e-4,
     accuracy_temperature: float = 0.01,
+    form: str = "sharpened",
 ) -> ArrayLike:
     """Differentiable ECE (after Bohdal et al. 2021, Meta-Calibration).
 
-    Hard binning and hard correctness are replaced by smooth stand-ins:
+    Hard binning and hard correctness are replaced by smooth stand-ins ``u_im`` (the
+    share of sample ``i`` in bin ``m``) and ``a_i``, and
 
-    * soft bin membership ``u_im = softmax_m( -(r_i - b_m)^2 / temperature )`` over the
-      ``n_bins`` equal-width bin centres ``b_m = (m + 1/2) / n_bins``;
-    * soft correctness ``a_i = softmax(log p_i / accuracy_temperature)_{y_i}``, the
-      probability of the true class after sharpening, which tends to ``1[argmax p_i = y_i]``
-      as the temperature goes to 0 (a simpler choice than the paper's differentiable
-      ranking, with the same limit).
+    ``DECE = sum_m (n_m / N) |acc_m - conf_m| = (1/N) sum_m |sum_i u_im (a_i - r_i)|``,
 
-    ``DECE = sum_m (n_m / N) |acc_m - conf_m| = (1/N) sum_m |sum_i u_im (a_i - r_i)|``, where
-    ``r_i = max_c p_ic`` and ``n_m = sum_i u_im``. As both temperatures go to 0 this is the
-    binned ECE with ``n_bins`` equal-width bins (a confidence is assigned to its nearest
-    centre, so 0 lands in the first bin and 1 in the last). ``temperature`` is measured
-    against the squared bin width ``1 / n_bins^2``: well below it the binning is nearly hard.
+    where ``r_i = max_c p_ic`` and ``n_m = sum_i u_im``. ``form`` picks the stand-ins:
 
-    Returns a 0-d tensor (with gradient) for torch input, a 0-d numpy array for numpy input.
+    * ``"sharpened"`` (default): Gaussian bin membership ``u_im = softmax_m(-(r_i - b_m)^2
+      / temperature)`` around the equal-width bin centres ``b_m = (m + 1/2) / n_bins``
+      (``temperature`` is measured against the squared bin width ``1 / n_bins^2``), and
+      the sharpened probability of the true class ``a_i = softmax(log p_i /
+      accuracy_temperature)_{y_i}``.
+    * ``"ranked"``: Bohdal et al.'s own construction. Soft binning with linear logits,
+      ``u_im = softmax_m((m r_i - m (m - 1) / (2 n_bins)) / temperature)`` for ``m = 1..M``
+      (bin ``m + 1`` beats bin ``m`` exactly when ``r_i > m / M``), and a soft accuracy
+      from the differentiable rank of the true class, ``a_i = relu(2 - rank_i)`` with
+      ``rank_i = 1/2 + sum_c sigmoid((p_ic - p_iy) / accuracy_temperature)``. Their
+      hyper-parameters are :data:`RANKED_DECE` (``temperature=0.01``, sharpness ``1 /
+      accuracy_temperature = 100``). Their code also adds ``1e-6`` to every ``u_im``
+      before averaging per bin, which the form above (no division by ``n_m``) does not
+      need; it moves DECE by less than ``(2M + 1) 10^-6``.
+
+    Both tend to the binned ECE with ``n_bins`` equal-width bins as both temperatures go
+    to 0. Returns a 0-d tensor (with gradient) for torch input, a 0-d numpy array for
+    numpy input.
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     temperature = check_positive_float(temperature, "temperature")
     accuracy_temperature = check_positive_float(accuracy_temperature, "accuracy_temperature")
+    form = check_choice(form, "form", DECE_FORMS)
     p, numpy_out = check_probs(probs, "probs")
     y = _check_labels_for(labels, p)
-    return like_input(_dece(p, y, n_bins, temperature, accuracy_temperature), numpy_out)
+    return like_input(_dece(p, y, n_bins, temperature, accuracy_temperature, form), numpy_out)
 
 
 def _check_labels_for(labels: Any, probs: torch.Tensor) -> torch.Tensor:
@@ -393,8 +445,9 @@ class DECELoss(nn.Module):
     r"""Cross-entropy plus differentiable ECE:
     :math:`L = \mathrm{CE} + w \cdot \mathrm{DECE}(\operatorname{softmax}(z), y)`.
 
-    See :func:`dece` for the soft binning (``temperature``) and the soft correctness
-    (``accuracy_temperature``).
+    See :func:`dece` for the soft binning (``temperature``), the soft correctness
+    (``accuracy_temperature``) and the two ``form``\ s (``"ranked"`` is Bohdal et al.'s,
+    with their temperatures in :data:`RANKED_DECE`).
     """
 
     def __init__(
@@ -403,6 +456,7 @@ class DECELoss(nn.Module):
         temperature: float = 1e-4,
         weight: float = 1.0,
         accuracy_temperature: float = 0.01,
+        form: str = "sharpened",
     ) -> None:
         super().__init__()
         self.n_bins = check_positive_int(n_bins, "n_bins")
@@ -411,6 +465,7 @@ class DECELoss(nn.Module):
         self.accuracy_temperature = check_positive_float(
             accuracy_temperature, "accuracy_temperature"
         )
+        self.form = check_choice(form, "form", DECE_FORMS)
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_batch(logits, labels)
@@ -423,14 +478,16 @@ class DECELoss(nn.Module):
             self.n_bins,
             self.temperature,
             self.accuracy_temperature,
+            self.form,
         )
         return ce + self.weight * penalty
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"n_bins={self.n_bins}, temperature={self.temperature}, weight={self.weight}, "
             f"accuracy_temperature={self.accuracy_temperature}"
         )
+        return text if self.form == "sharpened" else f"{text}, form={self.form!r}"
 
 
 class SECELoss(nn.Module):

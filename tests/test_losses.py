@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from calnotes.losses import (
     FLSD53,
     LOSSES,
+    RANKED_DECE,
     DECELoss,
     FocalLoss,
     LabelSmoothingLoss,
@@ -287,6 +288,66 @@ def test_dece_loss_is_ce_plus_weighted_dece_and_differentiable():
     assert torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
 
 
+def _bohdal_dece(probs: torch.Tensor, labels: torch.Tensor, n_bins: int, t_bin: float,
+                 t_rank: float) -> torch.Tensor:
+    """Bohdal et al.'s DECE written out step by step: soft bins from linear logits with
+    cumulative cut points, ranks of every class from all pairwise differences, the
+    1e-6 smoothing of the bin shares, then per-bin accuracy and confidence averages."""
+    n = probs.shape[0]
+    conf = probs.max(dim=1, keepdim=True).values
+    cuts = torch.linspace(0, 1, n_bins + 1, dtype=probs.dtype)[:-1]
+    slopes = torch.linspace(1.0, n_bins, n_bins, dtype=probs.dtype).view(1, -1)
+    shares = F.softmax((conf @ slopes + torch.cumsum(-cuts, 0)) / t_bin, dim=1)
+    shares = (shares + 1e-6) / (1.0 + (n_bins + 1) * 1e-6)
+    counts = shares.sum(dim=0)
+    bin_conf = (shares.t() @ conf).view(-1) / counts
+    pairwise = probs.unsqueeze(1) - probs.unsqueeze(2)  # [n, i, j] = p_j - p_i
+    ranks = torch.sigmoid(pairwise / t_rank).sum(dim=2) + 0.5
+    acc = F.relu(2.0 - ranks[torch.arange(n), labels])
+    bin_acc = (shares.t() @ acc) / counts
+    return (counts * (bin_acc - bin_conf).abs() / n).sum()
+
+
+def test_ranked_dece_is_bohdal_et_al_dece():
+    for seed, c in ((0, 5), (1, 10), (2, 3)):
+        logits, labels = _batch(n=200, c=c, seed=seed, scale=2.5)
+        probs = F.softmax(logits, 1)
+        value = dece(probs, labels, form="ranked", **RANKED_DECE)
+        expected = _bohdal_dece(probs, labels, 15, 0.01, 0.01)
+        # the 1e-6 smoothing of the bin shares, which dece leaves out, moves the value by at
+        # most (2 n_bins + 1) 1e-6 (see dece's docstring); float64 rounding is far below
+        assert abs(value.item() - expected.item()) <= 31e-6
+        assert expected.item() > 1e-3  # not vacuous: a clearly non-zero calibration error
+
+
+def test_ranked_dece_tends_to_binned_ece_and_has_exact_gradients():
+    logits, labels = _batch(n=400, c=4, seed=1, scale=1.5)
+    probs = F.softmax(logits, 1)
+    conf, pred = probs.max(1)
+    reference = _binned_ece(conf.numpy(), (pred == labels).double().numpy(), 15)
+    value = dece(probs, labels, temperature=1e-7, accuracy_temperature=1e-5, form="ranked")
+    assert value.item() == pytest.approx(reference, abs=2e-3)
+    # and it differs from the sharpened form at the reference temperatures
+    sharpened = dece(probs, labels, **RANKED_DECE)
+    assert abs(sharpened.item() - dece(probs, labels, form="ranked", **RANKED_DECE).item()) > 1e-4
+    small_logits, small_labels = _batch(n=12, c=4, seed=3)
+    z = small_logits.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda t: dece(F.softmax(t, 1), small_labels, form="ranked", **RANKED_DECE), (z,))
+
+
+def test_dece_loss_ranked_form():
+    logits, labels = _batch(n=50)
+    loss = DECELoss(weight=0.5, form="ranked", **RANKED_DECE)(logits, labels)
+    expected = F.cross_entropy(logits, labels) + 0.5 * dece(
+        F.softmax(logits, 1), labels, form="ranked", **RANKED_DECE)
+    torch.testing.assert_close(loss, expected)
+    assert "form='ranked'" in repr(DECELoss(form="ranked"))
+    assert "form" not in repr(DECELoss())  # the default's repr (and fingerprint) is as before
+    with pytest.raises(ValueError, match="form"):
+        DECELoss(form="gaussian")
+
+
 def test_dece_validation():
     probs = F.softmax(torch.randn(4, 3), 1)
     with pytest.raises(ValueError, match="temperature"):
@@ -295,6 +356,8 @@ def test_dece_validation():
         dece(torch.randn(4, 3), torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="labels"):
         dece(probs, torch.full((4,), 3))
+    with pytest.raises(ValueError, match="form"):
+        dece(probs, torch.zeros(4, dtype=torch.long), form="rank")
 
 
 def test_sece_loss_finite_grad():
