@@ -10,8 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from calnotes.losses import RANKED_DECE, dece
+from calnotes.metrics import sece
 from calnotes.training import Trainer
-from calnotes.training.meta import GAMMA_FLOOR, GammaNet, MetaTrainer
+from calnotes.training.meta import GAMMA_FLOOR, OUTER_LOSSES, GammaNet, MetaTrainer
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -32,13 +34,16 @@ class TinyNet(nn.Module):
 
 
 class ListLoader:
-    """Fixed batches with len() and set_epoch(); reshuffles per epoch when asked to."""
+    """Fixed batches with len() and set_epoch(); reshuffles per epoch when asked to.
+    Counts the batches it yields and records the epochs it is set to."""
 
     def __init__(self, x, y, batch_size: int, shuffle: bool = False) -> None:
         self.x, self.y, self.bs, self.shuffle, self.epoch = x, y, batch_size, shuffle, 0
+        self.yielded, self.epochs_set = 0, []
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self.epochs_set.append(epoch)
 
     def __len__(self) -> int:
         return -(-len(self.y) // self.bs)
@@ -49,6 +54,7 @@ class ListLoader:
                  if self.shuffle else torch.arange(n))
         for i in range(0, n, self.bs):
             idx = order[i : i + self.bs]
+            self.yielded += 1
             yield self.x[idx], self.y[idx]
 
 
@@ -63,6 +69,11 @@ def make_loaders():
     xt, yt = blobs(160, seed=1)
     xv, yv = blobs(60, seed=2)
     return ListLoader(xt, yt, 32, shuffle=True), ListLoader(xv, yv, 24)  # 5 vs 3 batches
+
+
+def make_meta_loader() -> ListLoader:
+    xm, ym = blobs(40, seed=7)
+    return ListLoader(xm, ym, 16, shuffle=True)  # 3 batches, reshuffled per pass
 
 
 def make_pair(seed: int = 0) -> tuple[TinyNet, GammaNet]:
@@ -127,21 +138,35 @@ def test_gamma_matches_the_formula() -> None:
 # --------------------------------------------------------------------------- hypergradient
 
 
-def _double_trainer(outer: str, inner_params: str) -> tuple[MetaTrainer, tuple]:
+def _double_trainer(outer: str, inner_params: str, **options) -> tuple[MetaTrainer, tuple]:
     torch.manual_seed(4)
     model, gnet = TinyNet().double(), GammaNet(8, heads=4).double()
-    trainer = MetaTrainer(model, gnet, outer=outer, inner_params=inner_params, inner_lr=0.5,
-                          device="cpu", progress=False, epochs=1, sece_bandwidth=0.2)
+    options = {"inner_lr": 0.5, "device": "cpu", "progress": False, "epochs": 1,
+               "sece_bandwidth": 0.2, **options}
+    trainer = MetaTrainer(model, gnet, outer=outer, inner_params=inner_params, **options)
     x, y = blobs(24, seed=5)
     xv, yv = blobs(20, seed=6)
     return trainer, (x.double(), y, xv.double(), yv)
 
 
-@pytest.mark.parametrize(("outer", "inner_params"),
-                         [("sece", "head"), ("dece", "head"), ("sece", "all")])
-def test_hypergradient_matches_central_differences(outer: str, inner_params: str) -> None:
-    trainer, batch = _double_trainer(outer, inner_params)
-    _, hyper = trainer.hypergradient(*batch, inner_lr=0.5)
+#: The look-ahead's step size in the hypergradient tests: with the default summed inner
+#: loss over 24 samples the head moves by 2.4 times the mean gradient (the reference's
+#: lr 0.1 at B = 128 moves it by 12.8 times).
+INNER_LR = 0.1
+
+
+@pytest.mark.parametrize(("outer", "inner_params", "options"), [
+    ("sece", "head", {}),
+    ("sece+ce", "head", {}),
+    ("dece", "head", {}),
+    ("ce+0.5dece", "head", {}),
+    ("dece", "head", {"dece_form": "sharpened"}),
+    ("sece", "all", {}),
+    ("sece", "head", {"inner_reduction": "mean"}),
+])
+def test_hypergradient_matches_central_differences(outer, inner_params, options) -> None:
+    trainer, batch = _double_trainer(outer, inner_params, **options)
+    _, hyper = trainer.hypergradient(*batch, inner_lr=INNER_LR)
     eps = 1e-6
     for param, grad in zip(trainer.gamma_net.parameters(), hyper, strict=True):
         assert grad is not None
@@ -150,13 +175,72 @@ def test_hypergradient_matches_central_differences(outer: str, inner_params: str
         for i in range(flat.numel()):
             old = flat[i].item()
             flat[i] = old + eps
-            up = trainer.hypergradient(*batch, inner_lr=0.5)[0].item()
+            up = trainer.hypergradient(*batch, inner_lr=INNER_LR)[0].item()
             flat[i] = old - eps
-            down = trainer.hypergradient(*batch, inner_lr=0.5)[0].item()
+            down = trainer.hypergradient(*batch, inner_lr=INNER_LR)[0].item()
             flat[i] = old
             numeric.view(-1)[i] = (up - down) / (2 * eps)
         assert numeric.abs().max() > 1e-8  # the check is not vacuous
+        # central differences in float64 with eps = 1e-6: truncation O(eps^2 f^(3)) and
+        # rounding O(1e-16 / eps) are both far below 1e-4 of these gradients
         torch.testing.assert_close(grad, numeric, rtol=1e-4, atol=1e-8)
+
+
+def _by_hand(trainer: MetaTrainer, batch: tuple, inner_lr: float, reduction: str):
+    """Steps (1)-(3) written out: gamma from the features, one SGD step of the head on the
+    focal loss summed (or averaged) over the batch, the outer loss of the moved head."""
+    x, y, xv, yv = batch
+    feats, feats_v = trainer.model.features(x).detach(), trainer.model.features(xv).detach()
+    gamma = trainer.gamma_net(feats)
+    w, b = trainer.head.weight, trainer.head.bias
+    p_y = torch.softmax(feats @ w.t() + b, dim=1)[torch.arange(len(y)), y]
+    per_sample = -((1 - p_y) ** gamma) * torch.log(p_y)
+    inner = per_sample.sum() if reduction == "sum" else per_sample.mean()
+    gw, gb = torch.autograd.grad(inner, (w, b), create_graph=True)
+    logits_v = feats_v @ (w - inner_lr * gw).t() + (b - inner_lr * gb)
+    return trainer.outer_loss(logits_v, yv)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_look_ahead_is_one_sgd_step_on_the_summed_or_mean_focal_loss(reduction) -> None:
+    trainer, batch = _double_trainer("sece", "head", inner_reduction=reduction)
+    expected = _by_hand(trainer, batch, INNER_LR, reduction)
+    value, hyper = trainer.hypergradient(*batch, inner_lr=INNER_LR)
+    expected_hyper = torch.autograd.grad(expected, list(trainer.gamma_net.parameters()))
+    # float64, the same formulas in another order (a sum against B times a mean): rounding
+    # of order 1e-15, far inside 1e-9
+    torch.testing.assert_close(value, expected.detach(), rtol=1e-9, atol=0)
+    for got, want in zip(hyper, expected_hyper, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-15)
+    other = "mean" if reduction == "sum" else "sum"  # and the other reduction is far off
+    assert abs(_by_hand(trainer, batch, INNER_LR, other).item() - value.item()) > 1e-4
+
+
+def test_summed_look_ahead_is_the_mean_one_with_a_step_batch_size_times_larger() -> None:
+    summed, batch = _double_trainer("dece", "head")
+    mean, _ = _double_trainer("dece", "head", inner_reduction="mean")
+    value, hyper = summed.hypergradient(*batch, inner_lr=INNER_LR)
+    value_mean, hyper_mean = mean.hypergradient(*batch, inner_lr=INNER_LR * len(batch[1]))
+    assert torch.equal(value, value_mean)  # the same computation: one product differs in
+    for a, b in zip(hyper, hyper_mean, strict=True):  # the order of its two factors only
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("outer", OUTER_LOSSES)
+@pytest.mark.parametrize("dece_form", ["ranked", "sharpened"])
+def test_each_outer_loss_is_its_formula(outer, dece_form) -> None:
+    trainer, _ = _double_trainer(outer, "head", dece_form=dece_form)
+    logits = torch.randn(30, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    labels = torch.randint(0, 3, (30,), generator=torch.Generator().manual_seed(9))
+    probs = torch.softmax(logits, dim=1)
+    ce = F.cross_entropy(logits, labels)
+    smooth = sece(probs, labels, bandwidth=0.2)
+    calibration = (dece(probs, labels, form="ranked", **RANKED_DECE) if dece_form == "ranked"
+                   else dece(probs, labels))  # the sharpened DECE at its defaults, as before
+    expected = {"sece": smooth, "sece+ce": smooth + ce, "dece": calibration,
+                "ce+0.5dece": ce + 0.5 * calibration}[outer]
+    # the same float64 formulas, composed in the same order
+    torch.testing.assert_close(trainer.outer_loss(logits, labels), expected, rtol=1e-12, atol=0)
 
 
 def test_outer_loss_depends_on_gamma_net_only_through_the_look_ahead() -> None:
@@ -166,6 +250,43 @@ def test_outer_loss_depends_on_gamma_net_only_through_the_look_ahead() -> None:
     outer1, with_ = trainer.hypergradient(*batch, inner_lr=0.5)
     assert all(g is not None and g.abs().max() > 0 for g in with_)
     assert outer0 != outer1  # the look-ahead moved the head
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_two_meta_steps_match_a_hand_written_loop(reduction) -> None:
+    """Steps (1)-(4) twice, written out: the mean reduction is the trainer's former (and
+    only) behaviour, the sum the reference's."""
+    trainer, _ = _double_trainer("sece", "head", inner_reduction=reduction, inner_lr=None,
+                                 lr=0.05, momentum=0.9, weight_decay=5e-4, meta_lr=0.01)
+    model, gnet = copy.deepcopy(trainer.model), copy.deepcopy(trainer.gamma_net)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    adam = torch.optim.Adam(gnet.parameters(), lr=0.01)
+    hand = MetaTrainer(model, gnet, device="cpu", progress=False, epochs=1,
+                       sece_bandwidth=0.2)  # only its outer_loss and features are used
+    for seed in (1, 2):
+        x, y = blobs(24, seed=10 * seed)
+        xv, yv = blobs(20, seed=10 * seed + 1)
+        batch = (x.double(), y, xv.double(), yv)
+        trainer.train_step(*batch)
+        outer = _by_hand(hand, batch, 0.05, reduction)  # inner_lr: the backbone's lr
+        adam.zero_grad()
+        outer.backward()
+        adam.step()
+        model.zero_grad()  # the outer backward reached the head; the real step starts clean
+        feats = model.features(batch[0])
+        gamma = gnet(feats.detach()).detach()
+        p_y = torch.softmax(model.head(feats), dim=1)[torch.arange(24), y]
+        loss = (-((1 - p_y) ** gamma) * torch.log(p_y)).mean()
+        sgd.zero_grad()
+        loss.backward()
+        sgd.step()
+    # float64; the same formulas in another order, through two Adam and SGD steps: rounding
+    # of order 1e-15 relative, grown by the few operations of two steps, inside 1e-9
+    for (name, p), q in zip(trainer.model.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=name)
+    for (name, p), q in zip(trainer.gamma_net.named_parameters(), gnet.parameters(),
+                            strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=name)
 
 
 # --------------------------------------------------------------------------- real step
@@ -239,10 +360,16 @@ def test_same_seed_gives_identical_history_and_parameters() -> None:
         assert key in record
 
 
-def test_resume_after_exception_is_exact(tmp_path: Path) -> None:
+def _loaders(with_meta: bool) -> tuple:
+    train, val = make_loaders()
+    return (train, val, None, make_meta_loader()) if with_meta else (train, val)
+
+
+@pytest.mark.parametrize("with_meta", [False, True])
+def test_resume_after_exception_is_exact(tmp_path: Path, with_meta: bool) -> None:
     model, gnet = make_pair()
     full = MetaTrainer(model, gnet, **KW)
-    expected = full.fit(*make_loaders())
+    expected = full.fit(*_loaders(with_meta))
 
     class Interrupt(Exception):
         pass
@@ -254,15 +381,15 @@ def test_resume_after_exception_is_exact(tmp_path: Path) -> None:
     model, gnet = make_pair()
     with pytest.raises(Interrupt):
         MetaTrainer(model, gnet, checkpoint_dir=tmp_path, epoch_callback=crash, **KW).fit(
-            *make_loaders())
+            *_loaders(with_meta))
     saved = torch.load(tmp_path / "last.pt", weights_only=True)
     assert saved["epoch"] == 2
-    assert saved["val_position"] != 0  # the val loader is mid-cycle: 10 batches of 3
+    assert saved["meta_position"] != 0  # the meta batches are mid-cycle: 10 batches of 3
     torch.manual_seed(12345)  # disturb the global RNG: the checkpoint must restore it
 
     model, gnet = make_pair(seed=99)
     resumed = MetaTrainer(model, gnet, checkpoint_dir=tmp_path, **KW)
-    history = resumed.fit(*make_loaders())
+    history = resumed.fit(*_loaders(with_meta))
     assert history.without_timing() == expected.without_timing()
     assert_same(state(resumed.model), state(full.model))
     assert_same(state(resumed.gamma_net), state(full.gamma_net))
@@ -271,7 +398,37 @@ def test_resume_after_exception_is_exact(tmp_path: Path) -> None:
     model, gnet = make_pair()
     with pytest.raises(ValueError, match="meta_lr"):
         MetaTrainer(model, gnet, checkpoint_dir=tmp_path, **{**KW, "meta_lr": 0.5}).fit(
-            *make_loaders())
+            *_loaders(with_meta))
+
+
+def test_outer_batches_come_from_the_meta_loader_and_reshuffle_per_pass() -> None:
+    model, gnet = make_pair()
+    train, val = make_loaders()
+    meta = make_meta_loader()
+    MetaTrainer(model, gnet, **KW).fit(train, val, meta_loader=meta)
+    assert meta.yielded == 3 * 5  # one batch per training step: 3 epochs of 5 steps
+    assert val.yielded == 3 * 3  # the validation pass of each epoch, nothing else
+    assert meta.epochs_set == [0, 1, 2, 3, 4]  # a new order for each of its 5 passes
+    assert val.epochs_set == []
+    # without a meta loader the validation batches double as outer batches, as before
+    model, gnet = make_pair()
+    train, val = make_loaders()
+    MetaTrainer(model, gnet, **KW).fit(train, val)
+    assert val.yielded == 3 * 5 + 3 * 3 and val.epochs_set == []
+
+
+def test_meta_loader_changes_the_run_and_needs_no_validation_loader() -> None:
+    runs = {}
+    for name, args in {"val": make_loaders(), "meta": (*make_loaders(), None,
+                                                      make_meta_loader())}.items():
+        model, gnet = make_pair()
+        runs[name] = (MetaTrainer(model, gnet, **KW).fit(*args), state(gnet))
+    assert not torch.equal(runs["val"][1]["W"], runs["meta"][1]["W"])
+    assert runs["val"][0]["outer_loss"] != runs["meta"][0]["outer_loss"]
+    model, gnet = make_pair()
+    train, _ = make_loaders()
+    history = MetaTrainer(model, gnet, **KW).fit(train, None, meta_loader=make_meta_loader())
+    assert "val_loss" not in history.columns and history["gamma_mean"][-1] > 0
 
 
 def test_small_real_run_on_digits_learns_and_records_gamma() -> None:
@@ -339,6 +496,10 @@ def test_gamma_net_input_errors() -> None:
 @pytest.mark.parametrize(("kwargs", "error", "name"), [
     ({"outer": "ece"}, ValueError, "outer"),
     ({"inner_params": "body"}, ValueError, "inner_params"),
+    ({"inner_reduction": "total"}, ValueError, "inner_reduction"),
+    ({"inner_reduction": None}, ValueError, "inner_reduction"),
+    ({"dece_form": "gaussian"}, ValueError, "dece_form"),
+    ({"outer": "ce+dece"}, ValueError, "outer"),
     ({"inner_lr": -1.0}, ValueError, "inner_lr"),
     ({"lr": 0}, ValueError, "lr"),
     ({"momentum": 1.0}, ValueError, "momentum"),

@@ -1,7 +1,7 @@
 r"""Meta-regularization (after Wang & Golebiowski, "Towards Unbiased Calibration using
 Meta-Regularization"): a small gamma-Net chooses a per-sample focal-loss ``gamma`` and is
 trained so that one step of focal-loss training improves a smooth calibration error on
-held-out data.
+held-out (meta-validation) data.
 
 gamma-Net (:class:`GammaNet`) reads the backbone's penultimate features ``x in R^d``,
 detached from the backbone graph:
@@ -12,29 +12,33 @@ detached from the backbone graph:
 
 with ``A in R^{d x k}`` (``k`` heads), ``W in R^{d x 1}`` and the floor ``epsilon = 1e-6``.
 
-One step of :class:`MetaTrainer` on a training batch ``(x, y)`` and a validation batch
-``(x_v, y_v)``, with selected backbone parameters ``theta`` (the classifier head, or the
-whole network) and gamma-Net parameters ``phi``:
+One step of :class:`MetaTrainer` on a training batch ``(x, y)`` of ``B`` samples and a
+meta-validation batch ``(x_v, y_v)``, with selected backbone parameters ``theta`` (the
+classifier head, or the whole network) and gamma-Net parameters ``phi``:
 
 1. ``gamma_i = g_phi(f(x_i))`` from detached features;
 2. look-ahead (virtual) SGD step, kept differentiable in ``phi``:
-   ``theta'(phi) = theta - alpha grad_theta (1/B) sum_i FL(z_i(theta), y_i; gamma_i)`` with
-   ``FL = -(1 - p_y)^gamma log p_y``;
-3. outer loss ``L_out(phi) = SECE(softmax(z_v(theta'(phi))), y_v)`` (or DECE) and one Adam
-   step of ``phi`` on ``d L_out / d phi`` (second-order, through ``theta'``);
-4. the real backbone step (SGD with momentum and weight decay) on the focal loss with the
-   gammas recomputed by the updated gamma-Net, detached.
+   ``theta'(phi) = theta - alpha grad_theta sum_i FL(z_i(theta), y_i; gamma_i)`` with
+   ``FL = -(1 - p_y)^gamma log p_y`` (``inner_reduction="sum"``, the default; with
+   ``"mean"`` the sum is divided by ``B``, a step ``B`` times smaller);
+3. outer loss ``L_out(phi)`` on ``softmax(z_v(theta'(phi)))`` (:data:`OUTER_LOSSES`) and
+   one Adam step of ``phi`` on ``d L_out / d phi`` (second-order, through ``theta'``);
+4. the real backbone step (SGD with momentum and weight decay) on the mean focal loss with
+   the gammas recomputed by the updated gamma-Net, detached.
 
-Without the look-ahead step (2) the validation SECE does not depend on gamma-Net at all:
-the validation predictions are a function of the backbone parameters only, and ``gamma``
+Without the look-ahead step (2) the outer loss does not depend on gamma-Net at all: the
+meta-validation predictions are a function of the backbone parameters only, and ``gamma``
 enters solely through the training loss. The look-ahead is what makes ``d L_out / d phi``
 non-zero, which is why it is essential.
 
-The paper publishes no code, so this module is our reading of it. The virtual step is plain
-SGD (no momentum or weight decay, which do not depend on ``gamma``); its step size
-``inner_lr`` defaults to the backbone's current (scheduled) learning rate. Batch-norm
-running statistics are left untouched by the virtual and validation forwards (they run on
-copies of the buffers); only the real step (4) updates them.
+The paper publishes no code; it says it adapts Bohdal et al.'s public Meta-Calibration
+code, and steps (1)-(3) follow that code: the virtual step is plain SGD (no momentum or
+weight decay, which do not depend on ``gamma``) on the classifier head only, on the loss
+*summed* over the batch, with the backbone's current (scheduled) learning rate as
+``alpha`` (``inner_lr=None``); its meta-validation split is carved from the training data
+and is disjoint from the validation split that early metrics and temperature scaling use.
+Batch-norm running statistics are left untouched by the virtual and meta-validation
+forwards (they run on copies of the buffers); only the real step (4) updates them.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from calnotes._checks import (
     check_positive_float,
     check_positive_int,
 )
-from calnotes.losses import _dece, focal_loss
+from calnotes.losses import DECE_FORMS, RANKED_DECE, _dece, focal_loss
 from calnotes.metrics import sece
 from calnotes.training.trainer import (
     VAL_ECE_BINS,
@@ -70,8 +74,17 @@ __all__ = ["GammaNet", "MetaTrainer", "GAMMA_FLOOR"]
 
 #: Added to every gamma so it is strictly positive even where ``x~ W = 0``.
 GAMMA_FLOOR = 1e-6
-OUTER_LOSSES = ("sece", "dece")
+#: Outer (meta) losses on the meta-validation batch, ``p = softmax(z_v(theta'))``:
+#: ``"sece"`` SECE(p, y) (the paper's), ``"sece+ce"`` SECE(p, y) + CE(z_v, y),
+#: ``"dece"`` DECE(p, y) and ``"ce+0.5dece"`` CE(z_v, y) + DECE(p, y) / 2 (Bohdal et al.'s
+#: code since 2023; before, DECE alone). CE is the batch mean of ``-log p_y``.
+OUTER_LOSSES = ("sece", "sece+ce", "dece", "ce+0.5dece")
 INNER_PARAMS = ("head", "all")
+#: How the look-ahead's focal loss is reduced over the training batch (step (2)).
+INNER_REDUCTIONS = ("sum", "mean")
+#: Soft-binning and soft-accuracy temperatures of the ``"sharpened"`` DECE form (the
+#: ``"ranked"`` form uses Bohdal et al.'s, :data:`calnotes.losses.RANKED_DECE`).
+SHARPENED_DECE = {"n_bins": VAL_ECE_BINS, "temperature": 1e-4, "accuracy_temperature": 0.01}
 MetaEpochCallback = Callable[[int, "MetaTrainer", dict], None]
 
 
@@ -136,9 +149,14 @@ class MetaTrainer(Trainer):
     features`` (as from :func:`calnotes.models.build_model`). The backbone uses SGD
     (``lr``, ``momentum``, ``weight_decay``) with ``schedule`` (``"cosine"``, ``"step"``
     with ``milestones`` and factor ``lr_decay``, or ``"none"``), gamma-Net Adam with
-    ``meta_lr``. ``outer`` picks the validation loss: ``"sece"`` (Gaussian-kernel SECE with
-    ``sece_bandwidth``) or ``"dece"`` (15-bin differentiable ECE). ``inner_params`` is
-    ``"head"`` or ``"all"``: which parameters the look-ahead step moves.
+    ``meta_lr``. ``outer`` picks the loss on the meta-validation batch (:data:`OUTER_LOSSES`;
+    SECE is :func:`calnotes.metrics.sece` with ``sece_bandwidth``, DECE is
+    :func:`calnotes.losses.dece` with 15 bins in ``dece_form`` ``"ranked"``, Bohdal et al.'s,
+    or ``"sharpened"``). ``inner_params`` is ``"head"`` or ``"all"``: which parameters the
+    look-ahead step moves; ``inner_reduction`` is ``"sum"`` (the look-ahead steps on the
+    focal loss summed over the batch, as Bohdal et al.'s code) or ``"mean"`` (on its batch
+    mean: a step ``B`` times smaller); ``inner_lr`` is its step size (``None``: the
+    backbone's current learning rate).
 
     Per-epoch records: ``epoch``, ``lr``, ``train_loss`` (focal), ``train_acc``,
     ``val_loss`` (NLL), ``val_ece`` (15 bins), ``val_acc``, ``val_logit_norm``,
@@ -146,12 +164,14 @@ class MetaTrainer(Trainer):
     ``gamma_mean`` and ``gamma_std`` (population std) of gamma on the test samples (the
     validation samples without a test loader), and ``seconds``.
 
-    ``val_loader`` is cycled for the outer batches: on exhaustion it is iterated again. Each
-    pass over it starts inside a forked torch RNG seeded from ``(seed, pass)``, and the pass
-    and position are checkpointed, so resuming is exact for any loader whose order depends
-    only on that RNG (fixed order, or a ``DataLoader`` with ``shuffle=True``).
-    Checkpoints (``checkpoint_dir/last.pt``, atomic, every epoch) hold the model, gamma-Net,
-    both optimizers, the scheduler, the history, RNG states and the cycling position.
+    The outer batches come from ``meta_loader`` (see :meth:`fit`), cycled: on exhaustion it
+    is iterated again. Each pass starts with ``set_epoch(pass)`` where the loader has it,
+    inside a forked torch RNG seeded from ``(seed, pass)``, and the pass and position are
+    checkpointed, so resuming is exact for any loader whose order depends only on these
+    (fixed order, a :class:`~calnotes.data.DeviceLoader`, or a ``DataLoader`` with
+    ``shuffle=True``). Checkpoints (``checkpoint_dir/last.pt``, atomic, every epoch) hold the
+    model, gamma-Net, both optimizers, the scheduler, the history, RNG states and the
+    cycling position.
     """
 
     def __init__(
@@ -161,6 +181,7 @@ class MetaTrainer(Trainer):
         *,
         outer: str = "sece",
         inner_params: str = "head",
+        inner_reduction: str = "sum",
         inner_lr: float | None = None,
         lr: float = 0.1,
         momentum: float = 0.9,
@@ -176,6 +197,7 @@ class MetaTrainer(Trainer):
         progress: bool = True,
         seed: int = 0,
         sece_bandwidth: float = 0.05,
+        dece_form: str = "ranked",
         epoch_callback: MetaEpochCallback | None = None,
         run_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -189,6 +211,9 @@ class MetaTrainer(Trainer):
             raise TypeError(f"gamma_net must be a torch.nn.Module, got {type(gamma_net).__name__}")
         self.outer = check_choice(outer, "outer", OUTER_LOSSES)
         self.inner_params = check_choice(inner_params, "inner_params", INNER_PARAMS)
+        self.inner_reduction = check_choice(inner_reduction, "inner_reduction",
+                                            INNER_REDUCTIONS)
+        self.dece_form = check_choice(dece_form, "dece_form", DECE_FORMS)
         self.inner_lr = None if inner_lr is None else check_positive_float(inner_lr, "inner_lr")
         self.meta_lr = check_positive_float(meta_lr, "meta_lr")
         self.sece_bandwidth = check_positive_float(sece_bandwidth, "sece_bandwidth")
@@ -209,10 +234,12 @@ class MetaTrainer(Trainer):
         if not meta_params:
             raise ValueError("gamma_net has no trainable parameters")
         self.meta_optimizer = torch.optim.Adam(meta_params, lr=self.meta_lr)
-        #: Validation-loader cycling: completed passes and batches taken in the current one.
-        self.val_cycle = 0
-        self.val_position = 0
-        self._val_iter: Iterator | None = None
+        #: Meta-loader cycling: completed passes and batches taken in the current one.
+        self.meta_cycle = 0
+        self.meta_position = 0
+        self._meta_iter: Iterator | None = None
+        self._meta_loader: Iterable | None = None
+        self._meta_is_val = True
         self._val_loader: Iterable | None = None
         self._test_loader: Iterable | None = None
         self._val_gamma = torch.zeros(0)
@@ -230,25 +257,27 @@ class MetaTrainer(Trainer):
             "gamma_net_repr": repr(self.gamma_net),
             "outer": self.outer,
             "inner_params": self.inner_params,
+            "inner_reduction": self.inner_reduction,
             "inner_lr": self.inner_lr,
             "meta_lr": self.meta_lr,
             "sece_bandwidth": self.sece_bandwidth,
+            "dece_form": self.dece_form,
         }
 
     def _extra_state(self) -> dict[str, Any]:
         return {
             "gamma_net": self.gamma_net.state_dict(),
             "meta_optimizer": self.meta_optimizer.state_dict(),
-            "val_cycle": self.val_cycle,
-            "val_position": self.val_position,
+            "meta_cycle": self.meta_cycle,
+            "meta_position": self.meta_position,
         }
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.gamma_net.load_state_dict(state["gamma_net"])
         self.meta_optimizer.load_state_dict(state["meta_optimizer"])
-        self.val_cycle = int(state["val_cycle"])
-        self.val_position = int(state["val_position"])
-        self._val_iter = None
+        self.meta_cycle = int(state["meta_cycle"])
+        self.meta_position = int(state["meta_position"])
+        self._meta_iter = None
 
     # ------------------------------------------------------------------ pieces of a step
 
@@ -277,11 +306,16 @@ class MetaTrainer(Trainer):
                 out = functional_call(self.model, {**self._buffers(), **params}, (x,))
         return _widen(out)
 
-    def _outer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def outer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The outer loss ``outer`` (:data:`OUTER_LOSSES`) of meta-validation ``logits``."""
         probs = F.softmax(logits, dim=1)
-        if self.outer == "sece":
-            return cast(torch.Tensor, sece(probs, labels, bandwidth=self.sece_bandwidth))
-        return _dece(probs, labels, VAL_ECE_BINS, 1e-4, 0.01)
+        if self.outer in ("sece", "sece+ce"):
+            loss = cast(torch.Tensor, sece(probs, labels, bandwidth=self.sece_bandwidth))
+            return loss + F.cross_entropy(logits, labels) if self.outer == "sece+ce" else loss
+        settings = RANKED_DECE if self.dece_form == "ranked" else SHARPENED_DECE
+        loss = _dece(probs, labels, settings["n_bins"], settings["temperature"],
+                     settings["accuracy_temperature"], self.dece_form)
+        return F.cross_entropy(logits, labels) + 0.5 * loss if self.outer == "ce+0.5dece" else loss
 
     def hypergradient(
         self, x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor,
@@ -289,10 +323,13 @@ class MetaTrainer(Trainer):
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Steps (1)-(3) without the update: ``(outer loss, d outer / d gamma-Net params)``.
 
-        ``features`` are the detached penultimate features of ``x`` when the caller has
-        them (the training step reuses those of its real forward); otherwise they are
-        computed. ``look_ahead=False`` evaluates the outer loss at the current parameters
-        (no virtual step); its gradient is then ``None`` (zero) for every gamma-Net parameter.
+        The virtual step is ``theta' = theta - inner_lr * s * grad mean_i FL_i`` with
+        ``s = B`` (``inner_reduction="sum"``: the gradient of the summed loss) or ``s = 1``
+        (``"mean"``). ``features`` are the detached penultimate features of ``x`` when the
+        caller has them (the training step reuses those of its real forward); otherwise
+        they are computed. ``look_ahead=False`` evaluates the outer loss at the current
+        parameters (no virtual step); its gradient is then ``None`` (zero) for every
+        gamma-Net parameter.
         """
         feats = self._detached_features(x) if features is None else features
         gamma = self.gamma_net(feats)
@@ -301,41 +338,47 @@ class MetaTrainer(Trainer):
             inner = focal_loss(self._virtual_logits(params, x, feats), y, gamma)
             grads = torch.autograd.grad(inner, list(params.values()), create_graph=True,
                                         allow_unused=True)
-            params = {n: p if g is None else p - inner_lr * g
+            step = inner_lr * (x.shape[0] if self.inner_reduction == "sum" else 1)
+            params = {n: p if g is None else p - step * g
                       for (n, p), g in zip(params.items(), grads, strict=True)}
         val_feats = self._detached_features(x_val) if self.inner_params == "head" else None
-        outer = self._outer_loss(self._virtual_logits(params, x_val, val_feats), y_val)
+        outer = self.outer_loss(self._virtual_logits(params, x_val, val_feats), y_val)
         meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
         hyper = torch.autograd.grad(outer, meta_params, allow_unused=True)
         return outer.detach(), list(hyper)
 
-    def _next_val_batch(self, val_loader: Iterable) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_meta_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        loader = cast(Iterable, self._meta_loader)
+        name = "val_loader" if self._meta_is_val else "meta_loader"
         for _ in range(2):
-            if self._val_iter is None:
+            if self._meta_iter is None:
+                if not self._meta_is_val and hasattr(loader, "set_epoch"):
+                    loader.set_epoch(self.meta_cycle)
                 with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(self.seed * 1_000_003 + self.val_cycle)
-                    it = iter(_iter_batches(val_loader, "val_loader"))
+                    torch.manual_seed(self.seed * 1_000_003 + self.meta_cycle)
+                    it = iter(_iter_batches(loader, name))
                     first = next(it, None)  # samplers draw their seed on the first batch
-                    for _ in range(self.val_position):
+                    for _ in range(self.meta_position):
                         first = next(it, None)
-                self._val_iter = it
+                self._meta_iter = it
                 batch = first
             else:
-                batch = next(self._val_iter, None)
+                batch = next(self._meta_iter, None)
             if batch is not None:
-                self.val_position += 1
+                self.meta_position += 1
                 return batch
-            if self.val_position == 0:
-                raise ValueError("val_loader yielded no batches")
-            self._val_iter = None
-            self.val_cycle += 1
-            self.val_position = 0
-        raise ValueError("val_loader yielded no batches")  # pragma: no cover
+            if self.meta_position == 0:
+                raise ValueError(f"{name} yielded no batches")
+            self._meta_iter = None
+            self.meta_cycle += 1
+            self.meta_position = 0
+        raise ValueError(f"{name} yielded no batches")  # pragma: no cover
 
     def train_step(
         self, x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One meta step (1)-(4); returns ``(focal loss, logits, outer loss)``, detached.
+        """One meta step (1)-(4) on a training batch ``(x, y)`` and a meta-validation batch
+        ``(x_val, y_val)``; returns ``(focal loss, logits, outer loss)``, detached.
 
         The backbone's forward on ``x`` runs once: its features, detached, feed gamma-Net
         and the look-ahead, and its graph carries the real step's backward. (In training
@@ -377,22 +420,28 @@ class MetaTrainer(Trainer):
     # ------------------------------------------------------------------ training
 
     def fit(  # type: ignore[override]
-        self, train_loader: Iterable, val_loader: Iterable, test_loader: Iterable | None = None
+        self, train_loader: Iterable, val_loader: Iterable | None,
+        test_loader: Iterable | None = None, meta_loader: Iterable | None = None,
     ) -> History:
         """Train until ``epochs`` epochs are done and return the :class:`History`.
 
-        ``val_loader`` supplies the outer (meta) batches and the per-epoch validation;
-        gamma statistics come from ``test_loader`` (``val_loader`` without one). Resumes
-        like :meth:`Trainer.fit`.
+        ``meta_loader`` supplies the outer (meta-validation) batches; without it they come
+        from ``val_loader``, which otherwise only gives the per-epoch validation metrics
+        (it may then be ``None``). gamma statistics come from ``test_loader``, else from
+        ``val_loader``, else from ``meta_loader``. Resumes like :meth:`Trainer.fit`.
         """
-        if val_loader is None:
-            raise ValueError("val_loader is required: it supplies the outer (meta) batches")
+        if meta_loader is None and val_loader is None:
+            raise ValueError("val_loader is required without a meta_loader: one of them "
+                             "supplies the outer (meta) batches")
+        self._meta_is_val = meta_loader is None or meta_loader is val_loader
+        self._meta_loader = val_loader if meta_loader is None else meta_loader
+        self._meta_iter = None  # rebuilt at (meta_cycle, meta_position): the same batches
         self._val_loader, self._test_loader = val_loader, test_loader
         self.gamma_net.train()
         return super().fit(train_loader, val_loader)
 
     def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x_val, y_val = self._next_val_batch(self._val_loader)  # type: ignore[arg-type]
+        x_val, y_val = self._next_meta_batch()
         loss, logits, outer = self.train_step(x, y, self._input(x_val),
                                               y_val.to(self.device).long())
         self._outer_sum += outer.double()
@@ -409,8 +458,12 @@ class MetaTrainer(Trainer):
                 f"the outer loss diverged in epoch {record['epoch']}; lower meta_lr"
             )
         record["outer_loss"] = outer_sum / max(steps, 1)
-        gamma = self._val_gamma if self._test_loader is None else self.predict_gamma(
-            self._test_loader)
+        if self._test_loader is not None:
+            gamma = self.predict_gamma(self._test_loader)
+        elif self._val_loader is not None:
+            gamma = self._val_gamma
+        else:
+            gamma = self.predict_gamma(cast(Iterable, self._meta_loader))
         record["gamma_mean"] = float(gamma.mean())
         record["gamma_std"] = float(gamma.std(correction=0))
 
