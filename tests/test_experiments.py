@@ -148,6 +148,13 @@ def test_meta_config_fills_its_options_and_changes_the_hash() -> None:
     ({"loss": "focal", "meta": {"outr": "sece"}}, ValueError, "outr"),
     ({"loss": "ce", "meta": {}}, ValueError, "loss='focal'"),
     ({"loss": "focal", "loss_options": {"gamma": 3.0}, "meta": {}}, ValueError, "loss_options"),
+    ({"loss": "focal", "meta": {"outer": "ece"}}, ValueError, r"\['outer'\]"),
+    ({"loss": "focal", "meta": {"inner_reduction": "total"}}, ValueError,
+     r"\['inner_reduction'\]"),
+    ({"loss": "focal", "meta": {"inner_params": "body"}}, ValueError, r"\['inner_params'\]"),
+    ({"loss": "focal", "meta": {"dece_form": "gaussian"}}, ValueError, r"\['dece_form'\]"),
+    ({"loss": "focal", "meta": {"meta_val_size": -1}}, ValueError, r"\['meta_val_size'\]"),
+    ({"loss": "focal", "meta": {"meta_val_size": 0.1}}, TypeError, r"\['meta_val_size'\]"),
 ])
 def test_meta_config_errors(overrides, error, match) -> None:
     with pytest.raises(error, match=match):
@@ -166,6 +173,11 @@ def test_make_trainer_picks_the_trainer_the_config_names() -> None:
     meta = build(loss="focal", meta={"outer": "dece", "heads": 3, "meta_lr": 0.01})
     assert isinstance(meta, MetaTrainer)
     assert (meta.outer, meta.gamma_net.heads, meta.meta_lr) == ("dece", 3, 0.01)
+    assert (meta.inner_reduction, meta.dece_form) == ("sum", "ranked")  # the reference's
+    meta = build(loss="focal", meta={"outer": "ce+0.5dece", "inner_reduction": "mean",
+                                     "dece_form": "sharpened", "inner_lr": 0.2})
+    assert (meta.outer, meta.inner_reduction, meta.dece_form, meta.inner_lr) == (
+        "ce+0.5dece", "mean", "sharpened", 0.2)
     mixup = build(loss="mixup", loss_options={"alpha": 0.4})
     assert isinstance(mixup, MixupTrainer) and mixup.alpha == 0.4
     plain = build(loss="focal", loss_options={"gamma": 2.0})
@@ -190,3 +202,67 @@ def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="val_size"):
         experiment.train_run({**config, "val_size": 0}, device="cpu", progress=False)
+
+
+def _outer_source(epoch, trainer, record) -> None:
+    """Records how many images the loader of the outer batches holds."""
+    loader = trainer.meta_loader
+    record["outer_images"] = loader.num_samples
+    record["outer_is_val"] = loader is trainer._val_loader
+
+
+def test_meta_runs_draw_outer_batches_from_their_own_split() -> None:
+    base = {"dataset": "digits", "model": "lenet5", "epochs": 1, "batch_size": 64,
+            "val_size": 300, "test_subset": 100, "loss": "focal"}
+    runs = {size: experiment.train_run({**base, "meta": {"meta_val_size": size}}, device="cpu",
+                                       progress=False, epoch_callback=_outer_source)
+            for size in (None, 200, 0)}
+    assert runs[None].history["outer_images"] == [300]  # as many as the validation split
+    assert runs[200].history["outer_images"] == [200]
+    assert runs[0].history["outer_images"] == [300]  # 0: the validation batches, as before
+    assert runs[0].history["outer_is_val"] == [True]
+    assert runs[None].history["outer_is_val"] == runs[200].history["outer_is_val"] == [False]
+    for result in runs.values():  # the validation split is the same in every run
+        assert result.val_logits.shape == (300, 10)
+        assert torch.equal(result.val_labels, runs[0].val_labels)
+    # with a meta-validation split, a run needs no validation split
+    result = experiment.train_run({**base, "val_size": 0, "meta": {"meta_val_size": 200}},
+                                  device="cpu", progress=False)
+    assert result.val_logits is None and result.history["gamma_mean"][0] > 0
+
+
+def _numbered_splits(n_train: int) -> data.DatasetSplits:
+    """Splits whose images carry their own index (two bytes of the first row)."""
+    def numbered(start: int, n: int) -> data.ImageData:
+        ids = torch.arange(start, start + n)
+        images = torch.zeros(n, 1, 2, 2, dtype=torch.uint8)
+        images[:, 0, 0, 0], images[:, 0, 0, 1] = ids // 256, ids % 256
+        return data.ImageData(images, ids % 3)
+
+    return data.DatasetSplits("numbered", numbered(0, n_train), numbered(n_train, 50),
+                              numbered(n_train + 50, 20), num_classes=3, in_channels=1,
+                              image_size=2, mean=(0.5,), std=(0.25,))
+
+
+def _ids(images: data.ImageData) -> list[int]:
+    return (images.images[:, 0, 0, 0].long() * 256 + images.images[:, 0, 0, 1].long()).tolist()
+
+
+def test_meta_validation_split_is_disjoint_and_deterministic() -> None:
+    splits = _numbered_splits(400)
+    rest, meta = experiment.meta_validation_split(splits, 100, seed=3)
+    train_ids, meta_ids = _ids(rest.train), _ids(meta)
+    assert len(meta_ids) == 100 and len(train_ids) == 300
+    assert sorted(train_ids + meta_ids) == list(range(400))  # a partition of the training
+    assert train_ids == sorted(train_ids) and meta_ids == sorted(meta_ids)  # order kept
+    assert set(meta_ids).isdisjoint(_ids(rest.val)) and _ids(rest.val) == _ids(splits.val)
+    assert _ids(rest.test) == _ids(splits.test)
+    assert torch.equal(meta.labels, torch.tensor(meta_ids) % 3)  # labels travel along
+    again = experiment.meta_validation_split(splits, 100, seed=3)[1]
+    assert _ids(again) == meta_ids  # deterministic in the seed
+    assert _ids(experiment.meta_validation_split(splits, 100, seed=4)[1]) != meta_ids
+    assert len(experiment.meta_validation_split(splits, None, seed=3)[1]) == 50  # = val
+    for size, error in ((0, ValueError), (400, ValueError), (-5, ValueError),
+                        (2.5, TypeError)):
+        with pytest.raises(error, match="size"):
+            experiment.meta_validation_split(splits, size, seed=3)

@@ -12,6 +12,7 @@ from calnotes.runs.experiment import (
     default_config,
     make_loss,
     make_trainer,
+    meta_validation_split,
     register_loss,
     train_run,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "load_or_run",
     "make_loss",
     "make_trainer",
+    "meta_validation_split",
     "method_configs",
     "methods_table",
     "nll_overfitting",

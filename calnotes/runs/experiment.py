@@ -9,6 +9,7 @@ the device does not belong to it (it changes speed, not the experiment).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import math
 import time
@@ -21,7 +22,15 @@ import torch
 from torch import nn
 
 from calnotes import data, losses, models
-from calnotes.training.meta import GammaNet, MetaTrainer
+from calnotes._checks import check_choice
+from calnotes.losses import DECE_FORMS
+from calnotes.training.meta import (
+    INNER_PARAMS,
+    INNER_REDUCTIONS,
+    OUTER_LOSSES,
+    GammaNet,
+    MetaTrainer,
+)
 from calnotes.training.trainer import (
     EpochCallback,
     History,
@@ -43,6 +52,7 @@ __all__ = [
     "default_config",
     "make_loss",
     "make_trainer",
+    "meta_validation_split",
     "register_loss",
     "train_run",
 ]
@@ -79,24 +89,38 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: ``meta``: a dict of meta-regularization options (keys of :data:`META_OPTIONS`, all
 #: optional) trains with :class:`calnotes.training.meta.MetaTrainer`: a per-sample focal loss whose
 #: gamma a gamma-Net learns (FLgamma-SECE, or FLgamma-DECE with ``{"outer": "dece"}``).
-#: Such a run needs ``loss="focal"`` without options (gamma is learned, not set).
+#: Such a run needs ``loss="focal"`` without options (gamma is learned, not set). Its
+#: outer batches come from a meta-validation split carved from the training split (see
+#: :func:`meta_validation_split`).
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
     "meta": None,
 }
 
-#: Options of a ``meta`` config and their defaults: ``outer`` loss (``"sece"``/``"dece"``),
-#: gamma-Net ``heads`` and ``gamma_tau``, its Adam ``meta_lr``, the look-ahead's
-#: ``inner_params`` (``"head"``/``"all"``) and ``inner_lr`` (``None``: the backbone's
-#: current learning rate), and the SECE kernel's ``sece_bandwidth``.
+#: Options of a ``meta`` config and their defaults (see
+#: :class:`~calnotes.training.meta.MetaTrainer`): the ``outer`` loss (``"sece"``,
+#: ``"sece+ce"``, ``"dece"``, ``"ce+0.5dece"``), gamma-Net ``heads`` and ``gamma_tau``, its
+#: Adam ``meta_lr``, the look-ahead's ``inner_params`` (``"head"``/``"all"``),
+#: ``inner_reduction`` (``"sum"``: one SGD step on the focal loss summed over the batch, as
+#: Bohdal et al.'s code; ``"mean"``: on its batch mean, a step batch-size times smaller) and
+#: ``inner_lr`` (``None``: the backbone's current learning rate), the SECE kernel's
+#: ``sece_bandwidth``, the DECE's ``dece_form`` (``"ranked"``, Bohdal et al.'s, or
+#: ``"sharpened"``, see :func:`calnotes.losses.dece`), and ``meta_val_size``: the images
+#: of the meta-validation split that supplies the outer batches (``None``: as many as the
+#: validation split holds, so ``val_size`` of a tenth of the training data gives the
+#: paper's 8:1:1 split; ``0``: no such split, the outer batches come from the validation
+#: split as they did before this option existed).
 META_OPTIONS: dict[str, Any] = {
     "outer": "sece",
     "heads": 8,
     "gamma_tau": 1.0,
     "meta_lr": 1e-3,
     "inner_params": "head",
+    "inner_reduction": "sum",
     "inner_lr": None,
     "sece_bandwidth": 0.05,
+    "dece_form": "ranked",
+    "meta_val_size": None,
 }
 
 #: Losses that need their own trainer rather than a ``loss(logits, labels)`` callable.
@@ -119,7 +143,14 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
 META_TYPES: dict[str, tuple[Any, ...]] = {
     "outer": (str,), "heads": (int,), "gamma_tau": (float,), "meta_lr": (float,),
-    "inner_params": (str,), "inner_lr": (float, None), "sece_bandwidth": (float,),
+    "inner_params": (str,), "inner_reduction": (str,), "inner_lr": (float, None),
+    "sece_bandwidth": (float,), "dece_form": (str,), "meta_val_size": (int, None),
+}
+
+#: The values a ``meta`` option that names a choice may take.
+META_CHOICES: dict[str, tuple[str, ...]] = {
+    "outer": OUTER_LOSSES, "inner_params": INNER_PARAMS, "inner_reduction": INNER_REDUCTIONS,
+    "dece_form": DECE_FORMS,
 }
 
 
@@ -242,8 +273,39 @@ def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
             "a meta run learns a per-sample focal gamma: set loss='focal' and no loss_options, "
             f"got loss={config['loss']!r} with loss_options={dict(config['loss_options'])}"
         )
-    return {key: _canonical(value, META_TYPES[key], f"config['meta'][{key!r}]")
-            for key, value in {**META_OPTIONS, **dict(meta)}.items()}
+    out = {key: _canonical(value, META_TYPES[key], f"config['meta'][{key!r}]")
+           for key, value in {**META_OPTIONS, **dict(meta)}.items()}
+    for key, choices in META_CHOICES.items():
+        check_choice(out[key], f"config['meta'][{key!r}]", choices)
+    if out["meta_val_size"] is not None and out["meta_val_size"] < 0:
+        raise ValueError(
+            f"config['meta']['meta_val_size'] must be >= 0 or None, got {out['meta_val_size']}")
+    return out
+
+
+def meta_validation_split(
+    splits: data.DatasetSplits, size: int | None, seed: int
+) -> tuple[data.DatasetSplits, data.ImageData]:
+    """``(splits without the meta-validation images, the meta-validation images)``.
+
+    ``size`` images (``None``: as many as ``splits.val`` holds) are drawn from
+    ``splits.train`` by a permutation seeded with ``seed``; the rest stay the training split,
+    in their order. The three splits are disjoint, as in Bohdal et al.'s code, which carves
+    its meta-validation set from the training data too. ``ValueError`` unless
+    ``0 < size < len(splits.train)``.
+    """
+    if not isinstance(splits, data.DatasetSplits):
+        raise TypeError(f"splits must be a DatasetSplits, got {type(splits).__name__}")
+    n = len(splits.train)
+    size = len(splits.val) if size is None else size
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        raise TypeError(f"size must be an int or None, got {type(size).__name__}")
+    if not 0 < size < n:
+        raise ValueError(f"size must lie in (0, {n}) for {n} training images, got {size}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    train = splits.train.take(perm[size:].sort().values)
+    meta = splits.train.take(perm[:size].sort().values)
+    return dataclasses.replace(splits, train=train), meta
 
 
 # --------------------------------------------------------------------------- loss registry
@@ -366,6 +428,10 @@ def train_run(
 ) -> RunResult:
     """Train and evaluate the run ``config`` describes (missing keys take their defaults).
 
+    A ``meta`` run first carves its meta-validation split from the training split
+    (:func:`meta_validation_split`, seeded with the run's seed); its outer batches of
+    ``batch_size`` images come from it, reshuffled on every pass and never augmented.
+
     With ``checkpoint_dir`` an interrupted run resumes where it stopped. ``epoch_callback``
     is passed to the :class:`~calnotes.training.Trainer` (it may add history columns).
     """
@@ -381,6 +447,14 @@ def train_run(
     )
     if cfg.get("positive_class") is not None:
         splits = data.binary_target(splits, cfg["positive_class"])
+    meta_loader = None
+    if "meta" in cfg and cfg["meta"]["meta_val_size"] != 0 and (
+            cfg["meta"]["meta_val_size"] is not None or len(splits.val) > 0):
+        splits, meta_data = meta_validation_split(splits, cfg["meta"]["meta_val_size"],
+                                                  cfg["seed"])
+        meta_loader = data.DeviceLoader(meta_data, cfg["batch_size"], shuffle=True,
+                                        mean=splits.mean, std=splits.std, device=dev,
+                                        seed=cfg["seed"])
     train_loader, val_loader, test_loader = data.make_loaders(
         splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
     )
@@ -395,9 +469,11 @@ def train_run(
     )
     has_val = val_loader is not None and _nonempty(val_loader)
     if isinstance(trainer, MetaTrainer):
-        if not has_val:
-            raise ValueError("a meta run needs validation data: set config['val_size'] > 0")
-        history = trainer.fit(train_loader, val_loader, test_loader)
+        if meta_loader is None and not has_val:
+            raise ValueError("a meta run needs meta-validation data: set "
+                             "config['meta']['meta_val_size'] > 0 or config['val_size'] > 0")
+        history = trainer.fit(train_loader, val_loader if has_val else None, test_loader,
+                              meta_loader=meta_loader)
     else:
         history = trainer.fit(train_loader, val_loader if has_val else None)
 
@@ -443,8 +519,9 @@ def make_trainer(
         gamma_net = GammaNet(in_features, heads=meta["heads"], tau=meta["gamma_tau"])
         return MetaTrainer(
             model, gamma_net, outer=meta["outer"], inner_params=meta["inner_params"],
-            inner_lr=meta["inner_lr"], meta_lr=meta["meta_lr"],
-            sece_bandwidth=meta["sece_bandwidth"], **options,
+            inner_reduction=meta["inner_reduction"], inner_lr=meta["inner_lr"],
+            meta_lr=meta["meta_lr"], sece_bandwidth=meta["sece_bandwidth"],
+            dece_form=meta["dece_form"], **options,
         )
     options["optimizer"] = cfg["optimizer"]
     if cfg["loss"] == "mixup":

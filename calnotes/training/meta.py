@@ -419,6 +419,12 @@ class MetaTrainer(Trainer):
 
     # ------------------------------------------------------------------ training
 
+    @property
+    def meta_loader(self) -> Iterable | None:
+        """The loader the outer batches come from (the validation loader without a
+        ``meta_loader``); ``None`` before :meth:`fit`."""
+        return self._meta_loader
+
     def fit(  # type: ignore[override]
         self, train_loader: Iterable, val_loader: Iterable | None,
         test_loader: Iterable | None = None, meta_loader: Iterable | None = None,
