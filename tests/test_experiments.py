@@ -64,6 +64,25 @@ def test_values_are_made_canonical_by_the_schema() -> None:
     assert default_config(**cfg) == cfg
 
 
+def test_grad_clip_is_optional_positive_and_reaches_the_trainer() -> None:
+    from calnotes.models import build_model
+
+    assert default_config(grad_clip=None) == default_config() == DEFAULT_CONFIG
+    cfg = default_config(grad_clip=2)
+    assert cfg["grad_clip"] == 2.0 and type(cfg["grad_clip"]) is float
+    assert config_hash(cfg) != config_hash(default_config())
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="grad_clip"):
+            default_config(grad_clip=bad)
+    for overrides in ({}, {"loss": "mixup"}, {"loss": "focal", "meta": {}}):
+        trainer = experiment.make_trainer(default_config(grad_clip=2, **overrides),
+                                          build_model("lenet5", 10, 1, 8), device="cpu")
+        assert trainer.grad_clip == 2.0, overrides
+    plain = experiment.make_trainer(default_config(), build_model("lenet5", 10, 1, 8),
+                                    device="cpu")
+    assert plain.grad_clip is None
+
+
 def test_val_size_keeps_int_and_fraction_apart() -> None:
     assert type(default_config(val_size=5000)["val_size"]) is int
     assert default_config(val_size=0.2)["val_size"] == 0.2  # a fraction, not 0 images

@@ -301,12 +301,13 @@ class ZeroGamma(nn.Module):
         return torch.zeros(features.shape[0], dtype=features.dtype, device=features.device)
 
 
-def test_real_step_with_zero_gamma_is_a_cross_entropy_step() -> None:
+@pytest.mark.parametrize("grad_clip", [None, 0.05])
+def test_real_step_with_zero_gamma_is_a_cross_entropy_step(grad_clip) -> None:
     torch.manual_seed(0)
     model = TinyNet()
     reference = copy.deepcopy(model)
     trainer = MetaTrainer(model, ZeroGamma(), device="cpu", progress=False, epochs=1,
-                          lr=0.1, momentum=0.9, weight_decay=5e-4)
+                          lr=0.1, momentum=0.9, weight_decay=5e-4, grad_clip=grad_clip)
     opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     for seed in (1, 2):  # two steps: momentum buffers must agree too
         x, y = blobs(16, seed=seed)
@@ -314,6 +315,8 @@ def test_real_step_with_zero_gamma_is_a_cross_entropy_step() -> None:
         ce = F.cross_entropy(reference(x), y)
         opt.zero_grad()
         ce.backward()
+        if grad_clip is not None:
+            assert nn.utils.clip_grad_norm_(reference.parameters(), grad_clip) > grad_clip
         opt.step()
         torch.testing.assert_close(loss, ce.detach())
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from calnotes.training import (
@@ -173,6 +174,8 @@ def test_history_columns_frame_and_json_round_trip() -> None:
         ({"amp": "yes"}, TypeError, "amp"),
         ({"progress": 1}, TypeError, "progress"),
         ({"epoch_callback": 5}, TypeError, "epoch_callback"),
+        ({"grad_clip": 0.0}, ValueError, "grad_clip"),
+        ({"grad_clip": "2"}, TypeError, "grad_clip"),
     ],
 )
 def test_trainer_rejects_bad_arguments(kwargs, error, match) -> None:
@@ -499,6 +502,46 @@ def test_default_step_milestones_work_for_a_single_epoch():
     model = torch.nn.Linear(2, 2)
     trainer = Trainer(model, schedule="step", epochs=1, device="cpu", progress=False)
     assert trainer.milestones == (1,)
+
+
+def _plain_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize("trainer_class", [Trainer, MixupTrainer])
+def test_grad_clip_rescales_the_gradient_before_weight_decay_and_momentum(trainer_class) -> None:
+    x, y = blobs(n=32)
+    options = dict(lr=0.1, momentum=0.9, weight_decay=5e-4, epochs=1, device="cpu",
+                   progress=False, seed=7)
+    clipped = trainer_class(_plain_model(), grad_clip=0.05, **options)
+    free = trainer_class(_plain_model(), **options)
+    reference = _plain_model()
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    generator = torch.Generator().manual_seed(7)
+    norms = []
+    for _ in range(2):  # two steps: the momentum buffers hold clipped gradients
+        clipped._train_step(x, y)
+        free._train_step(x, y)
+        if trainer_class is MixupTrainer:
+            from calnotes.losses import MixupLoss, mixup_batch
+
+            x_mixed, y_a, y_b, lam = mixup_batch(x, y, 0.2, generator)
+            loss = MixupLoss()(reference(x_mixed), y_a, y_b, lam)
+        else:
+            loss = F.cross_entropy(reference(x), y)
+        sgd.zero_grad()
+        loss.backward()
+        norms.append(float(nn.utils.clip_grad_norm_(reference.parameters(), 0.05)))
+        sgd.step()
+    assert min(norms) > 0.05  # the clip acted on both steps
+    for (name, p), q in zip(clipped.model.named_parameters(), reference.parameters(),
+                            strict=True):
+        # float32, the same operations on the same batch: agreement to rounding
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7, msg=name)
+    assert not torch.equal(free.model[1].weight, clipped.model[1].weight)
+    assert "grad_clip" not in free.fingerprint()  # checkpoints of unclipped runs still resume
+    assert clipped.fingerprint()["grad_clip"] == 0.05
 
 
 # --------------------------------------------------------------------------- mixup

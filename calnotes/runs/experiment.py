@@ -92,9 +92,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: Such a run needs ``loss="focal"`` without options (gamma is learned, not set). Its
 #: outer batches come from a meta-validation split carved from the training split (see
 #: :func:`meta_validation_split`).
+#:
+#: ``grad_clip``: a positive float clips the gradient of each batch's (mean) loss to that
+#: norm before the optimizer step (see :class:`calnotes.training.Trainer`).
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
     "meta": None,
+    "grad_clip": None,
 }
 
 #: Options of a ``meta`` config and their defaults (see
@@ -137,7 +141,7 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
     "weight_decay": (float,), "schedule": (str,), "epochs": (int,), "batch_size": (int,),
     "augment": (bool,), "val_size": (int, float, None), "train_subset": (int, None),
     "test_subset": (int, None), "seed": (int,), "amp": (bool,), "positive_class": (int,),
-    "meta": (dict,),
+    "meta": (dict,), "grad_clip": (float,),
 }
 
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
@@ -254,6 +258,8 @@ def default_config(**overrides: Any) -> dict[str, Any]:
     config["loss_options"] = _canonical_loss_options(config["loss"], config["loss_options"])
     if config.get("positive_class", 0) < 0:
         raise ValueError(f"config['positive_class'] must be >= 0, got {config['positive_class']}")
+    if config.get("grad_clip", 1.0) <= 0:
+        raise ValueError(f"config['grad_clip'] must be > 0, got {config['grad_clip']}")
     if "meta" in config:
         config["meta"] = _check_meta(config["meta"], config)
     return config
@@ -507,7 +513,8 @@ def make_trainer(
     dev = select_device(device)
     options: dict[str, Any] = dict(
         lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
-        schedule=cfg["schedule"], epochs=cfg["epochs"], device=dev,
+        schedule=cfg["schedule"], epochs=cfg["epochs"], grad_clip=cfg.get("grad_clip"),
+        device=dev,
         amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
         progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback, run_config=cfg,
     )

@@ -148,7 +148,8 @@ class MetaTrainer(Trainer):
     ``features(x) -> (B, d)`` and ``head`` (an ``nn.Linear``) with ``forward = head o
     features`` (as from :func:`calnotes.models.build_model`). The backbone uses SGD
     (``lr``, ``momentum``, ``weight_decay``) with ``schedule`` (``"cosine"``, ``"step"``
-    with ``milestones`` and factor ``lr_decay``, or ``"none"``), gamma-Net Adam with
+    with ``milestones`` and factor ``lr_decay``, or ``"none"``; the real step's gradient
+    clipped to norm ``grad_clip``, never the look-ahead's), gamma-Net Adam with
     ``meta_lr``. ``outer`` picks the loss on the meta-validation batch (:data:`OUTER_LOSSES`;
     SECE is :func:`calnotes.metrics.sece` with ``sece_bandwidth``, DECE is
     :func:`calnotes.losses.dece` with 15 bins in ``dece_form`` ``"ranked"``, Bohdal et al.'s,
@@ -191,6 +192,7 @@ class MetaTrainer(Trainer):
         milestones: Sequence[float] | None = None,
         lr_decay: float = 0.1,
         epochs: int = 30,
+        grad_clip: float | None = None,
         device: str | torch.device = "auto",
         amp: bool = False,
         checkpoint_dir: str | os.PathLike | None = None,
@@ -220,6 +222,7 @@ class MetaTrainer(Trainer):
         super().__init__(
             model, optimizer="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay,
             schedule=schedule, milestones=milestones, gamma=lr_decay, epochs=epochs,
+            grad_clip=grad_clip,
             device=device, amp=amp, checkpoint_dir=checkpoint_dir, progress=progress,
             seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
             run_config=run_config,
@@ -412,9 +415,7 @@ class MetaTrainer(Trainer):
         with torch.no_grad():
             gamma = self.gamma_net(detached)
         loss = focal_loss(logits, y, gamma)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        self._optimizer_step(loss)
         return loss.detach(), logits.detach()
 
     # ------------------------------------------------------------------ training

@@ -349,6 +349,9 @@ class Trainer:
     Schedules: ``"cosine"`` is ``lr_e = lr (1 + cos(pi e / E)) / 2`` for epoch ``e`` of
     ``E``; ``"step"`` multiplies by ``gamma`` at each milestone (epochs, or fractions of
     ``epochs`` in (0, 1); default ``(0.5, 0.75)``); ``"none"`` keeps ``lr``.
+    ``grad_clip``: rescale the gradient of the batch's loss to norm ``grad_clip`` when it
+    is longer (``torch.nn.utils.clip_grad_norm_`` over all parameters, before the
+    optimizer adds weight decay and momentum); ``None`` (default) leaves it alone.
     Speed options:
 
     * ``amp`` (bfloat16 autocast): CUDA only, ignored with a warning elsewhere (on a CPU
@@ -384,6 +387,7 @@ class Trainer:
         milestones: Sequence[float] | None = None,
         gamma: float = 0.1,
         epochs: int = 30,
+        grad_clip: float | None = None,
         device: str | torch.device = "auto",
         amp: bool = False,
         channels_last: bool | None = None,
@@ -424,6 +428,8 @@ class Trainer:
         self.weight_decay = check_nonnegative_float(weight_decay, "weight_decay")
         self.gamma = check_positive_float(gamma, "gamma")
         self.epochs = check_positive_int(epochs, "epochs")
+        self.grad_clip = None if grad_clip is None else check_positive_float(grad_clip,
+                                                                             "grad_clip")
         self.seed = check_positive_int(seed, "seed", minimum=0)
         self.milestones = self._resolve_milestones(milestones)
         self.device = select_device(device)
@@ -516,7 +522,9 @@ class Trainer:
 
     def fingerprint(self) -> dict[str, Any]:
         """The configuration a checkpoint must match to be resumed (JSON-able)."""
+        clip = {} if self.grad_clip is None else {"grad_clip": self.grad_clip}
         return {
+            **clip,  # absent unless set: checkpoints written before it existed still resume
             "model": type(self.model).__qualname__,
             "parameters": [[n, list(p.shape)] for n, p in self.model.named_parameters()],
             "loss_fn": _loss_name(self.loss_fn),
@@ -586,10 +594,16 @@ class Trainer:
         logits = logits.float()
         check_batch(logits, y)  # a clear error for labels any loss_fn would choke on
         loss = self.loss_fn(logits, y)
+        self._optimizer_step(loss)
+        return loss.detach(), logits.detach()
+
+    def _optimizer_step(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss``, the gradient clipped to norm ``grad_clip``, one step."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
-        return loss.detach(), logits.detach()
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of inputs on the device, NHWC when the model is."""
@@ -830,9 +844,7 @@ class MixupTrainer(Trainer):
         logits = logits.float()
         check_batch(logits, y)  # y_b is a permutation of y
         loss = self.mixup_loss(logits, y_a, y_b, lam)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        self._optimizer_step(loss)
         return loss.detach(), logits.detach()
 
     def _extra_state(self) -> dict[str, Any]:
