@@ -166,8 +166,9 @@ class MetaTrainer(Trainer):
     validation samples without a test loader), and ``seconds``.
 
     The outer batches come from ``meta_loader`` (see :meth:`fit`), cycled: on exhaustion it
-    is iterated again. Each pass starts with ``set_epoch(pass)`` where the loader has it,
-    inside a forked torch RNG seeded from ``(seed, pass)``, and the pass and position are
+    is iterated again. Each pass of a separate ``meta_loader`` starts with
+    ``set_epoch(pass)`` where the loader has it; every pass (of the validation loader too)
+    runs inside a forked torch RNG seeded from ``(seed, pass)``, and the pass and position are
     checkpointed, so resuming is exact for any loader whose order depends only on these
     (fixed order, a :class:`~calnotes.data.DeviceLoader`, or a ``DataLoader`` with
     ``shuffle=True``). Checkpoints (``checkpoint_dir/last.pt``, atomic, every epoch) hold the
