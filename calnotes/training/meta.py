@@ -317,7 +317,7 @@ class MetaTrainer(Trainer):
             loss = cast(torch.Tensor, sece(probs, labels, bandwidth=self.sece_bandwidth))
             return loss + F.cross_entropy(logits, labels) if self.outer == "sece+ce" else loss
         settings = RANKED_DECE if self.dece_form == "ranked" else SHARPENED_DECE
-        loss = _dece(probs, labels, settings["n_bins"], settings["temperature"],
+        loss = _dece(probs, labels, int(settings["n_bins"]), settings["temperature"],
                      settings["accuracy_temperature"], self.dece_form)
         return F.cross_entropy(logits, labels) + 0.5 * loss if self.outer == "ce+0.5dece" else loss
 
