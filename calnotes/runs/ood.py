@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from calnotes import data, models, training
-from calnotes._checks import check_positive_int
+from calnotes._checks import check_positive_int, model_device
 from calnotes.runs import experiment, store
 
 __all__ = ["OOD_FOLDER", "OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
@@ -174,7 +174,7 @@ def run_ood_logits(
     missing = [name for name in images if name not in out]
     if missing:
         model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
-        dev = next(iter(model.parameters())).device
+        dev = model_device(model)
         for name in missing:
             x = images[name]
             loader = data.DeviceLoader(
