@@ -612,6 +612,10 @@ def test_cli_info_and_fetch(
     assert str(tmp_path / "mnist") in capsys.readouterr().out
     assert main(["--root", str(tmp_path), "info"]) == 0
     assert "cached, verified" in capsys.readouterr().out
+    damaged = tmp_path / "mnist" / IDX_FILES[0]
+    damaged.write_bytes(damaged.read_bytes()[:-1])
+    assert main(["--root", str(tmp_path), "info"]) == 0
+    assert f"CHECKSUM MISMATCH for {IDX_FILES[0]}" in capsys.readouterr().out
     assert main(["--root", str(tmp_path), "fetch", "cifar10"]) == 1
     assert "cifar-10-python.tar.gz" in capsys.readouterr().err
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from calnotes._io import sha256_file
 from calnotes.data.sources import (
     _CIFAR_DIRS,
     DATA_ENV,
@@ -16,7 +17,6 @@ from calnotes.data.sources import (
     DataRootError,
     DatasetUnavailableError,
     _dataset_dir,
-    _sha256,
     data_root,
     fetch_dataset,
 )
@@ -35,7 +35,7 @@ def _status(name: str, base: Path) -> str:
         return "not cached"
     if len(present) < len(files):
         return f"incomplete ({len(present)}/{len(files)} files) in {folder}"
-    bad = [f for f in files if _sha256((folder / f).read_bytes()) != SHA256[name][f]]
+    bad = [f for f in files if sha256_file(folder / f) != SHA256[name][f]]
     if bad:
         return f"CHECKSUM MISMATCH for {', '.join(bad)} in {folder}"
     return f"cached, verified, in {folder}"

@@ -12,7 +12,6 @@ The default loss is cross-entropy, ``L = -(1/B) sum_i log softmax(z_i)[y_i]``.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -37,7 +36,7 @@ from calnotes._checks import (
     check_positive_int,
     model_device,
 )
-from calnotes._io import atomic_write
+from calnotes._io import atomic_write, sha256_bytes
 from calnotes._threads import auto_threads, cpu_threads
 from calnotes.losses import MixupLoss, check_batch, mixup_batch
 
@@ -550,7 +549,7 @@ class Trainer:
         state = {
             "format": _CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
-            "fingerprint_sha256": _sha256(fingerprint),
+            "fingerprint_sha256": _fingerprint_digest(fingerprint),
             "epoch": self.epoch,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -775,7 +774,7 @@ def _json_copy(value: Mapping[str, Any] | None, name: str) -> dict[str, Any] | N
 def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Path) -> None:
     """Refuse to resume a checkpoint written with another configuration, naming the fields
     (the keys of ``run_config`` one by one)."""
-    if state["fingerprint_sha256"] == _sha256(mine):
+    if state["fingerprint_sha256"] == _fingerprint_digest(mine):
         return
     theirs = dict(state["fingerprint"])
     mine = dict(mine)
@@ -793,9 +792,9 @@ def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Pat
         f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
     )
 
-def _sha256(obj: Any) -> str:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _fingerprint_digest(fingerprint: Any) -> str:
+    """SHA-256 of the fingerprint's JSON (sorted keys, compact separators)."""
+    return sha256_bytes(json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode())
 
 
 # --------------------------------------------------------------------------- mixup
