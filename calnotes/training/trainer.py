@@ -209,6 +209,14 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         model.train(was_training)
 
 
+def _batch_input(x: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
+    """A batch of inputs on ``device``, NHWC (``channels_last``) when the model is."""
+    x = x.to(device, non_blocking=True)
+    if channels_last and x.ndim == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def _collect_logits(
     forward: Callable[[torch.Tensor], torch.Tensor],
     loader: Iterable,
@@ -222,9 +230,7 @@ def _collect_logits(
     chunks, labels = [], []
     with torch.no_grad():
         for x, y in _iter_batches(loader, name):
-            x = x.to(device, non_blocking=True)
-            if channels_last and x.ndim == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x = _batch_input(x, device, channels_last)
             with _autocast(device, amp):
                 out = forward(x)
             chunks.append(out.float())
@@ -592,10 +598,7 @@ class Trainer:
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of inputs on the device, NHWC when the model is."""
-        x = x.to(self.device, non_blocking=True)
-        if self.channels_last and x.ndim == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
+        return _batch_input(x, self.device, self.channels_last)
 
     def _extend_record(self, record: dict[str, Any]) -> None:
         """Add fields to an epoch's record after validation (none here)."""
