@@ -47,7 +47,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file next to ``path``, flush it to disk, then
-    ``os.replace`` it into place (atomic on POSIX within one file system)."""
+    ``os.replace`` it into place (atomic on POSIX within one file system) and flush the
+    parent folder, so that the rename itself survives a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -61,6 +62,7 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager

@@ -305,6 +305,21 @@ def test_sha256_helpers_match_hashlib(tmp_path: Path, monkeypatch) -> None:
     assert sha256_file(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
 
 
+def test_atomic_write_flushes_the_parent_folder_after_the_rename(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    import calnotes._io as io_module
+
+    target = tmp_path / "sub" / "metrics.json"
+    synced = []
+
+    def spy(path):
+        synced.append((Path(path), target.read_bytes()))  # the new file is in place
+
+    monkeypatch.setattr(io_module, "fsync_dir", spy)
+    atomic_write(target, b"new")
+    assert synced == [(tmp_path / "sub", b"new")]
+
+
 def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch) -> None:
     import calnotes._io as io_module
 
