@@ -124,6 +124,40 @@ def test_train_run_with_positive_class_is_binary(tmp_path: Path) -> None:
     assert stored.test_logits.shape == (200, 2)
 
 
+def _same_splits(a: data.DatasetSplits, b: data.DatasetSplits) -> None:
+    for split in ("train", "val", "test"):
+        assert torch.equal(getattr(a, split).images, getattr(b, split).images), split
+        assert torch.equal(getattr(a, split).labels, getattr(b, split).labels), split
+    assert (a.num_classes, a.mean, a.std, a.class_names) == (
+        b.num_classes, b.mean, b.std, b.class_names)
+
+
+@pytest.mark.parametrize("positive_class", [None, 3])
+def test_load_splits_gives_the_splits_train_run_trains_on(monkeypatch,
+                                                           positive_class) -> None:
+    config = {"dataset": "digits", "val_size": 300, "seed": 2, "train_subset": 500,
+              "test_subset": 200, "epochs": 1}
+    if positive_class is not None:
+        config["positive_class"] = positive_class
+
+    class Seen(Exception):
+        pass
+
+    def capture(splits, **kwargs):
+        raise Seen(splits)
+
+    monkeypatch.setattr(experiment.data, "make_loaders", capture)
+    with pytest.raises(Seen) as seen:
+        experiment.train_run(config, device="cpu", progress=False)
+    used = seen.value.args[0]
+    splits = experiment.load_splits(config)
+    _same_splits(splits, used)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (500, 300, 200)
+    assert splits.num_classes == (10 if positive_class is None else 2)
+    with pytest.raises(TypeError, match="config"):
+        experiment.load_splits([("dataset", "digits")])
+
+
 def test_train_run_rejects_out_of_range_positive_class() -> None:
     config = {"dataset": "digits", "model": "lenet5", "epochs": 1, "val_size": 300,
               "positive_class": 10}

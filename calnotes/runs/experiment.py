@@ -41,6 +41,7 @@ __all__ = [
     "RunResult",
     "available_losses",
     "default_config",
+    "load_splits",
     "make_loss",
     "make_trainer",
     "register_loss",
@@ -357,6 +358,22 @@ def _report(probs: torch.Tensor, labels: torch.Tensor, prefix: str) -> dict[str,
     return out
 
 
+def load_splits(config: Mapping[str, Any]) -> data.DatasetSplits:
+    """The train / val / test splits of the run ``config`` describes: its dataset, split
+    by ``val_size`` and ``seed`` and cut to ``train_subset`` / ``test_subset``; with a
+    ``positive_class``, relabelled as that class against the rest."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    cfg = default_config(**config)
+    splits = data.load_dataset(
+        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
+        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
+    )
+    if cfg.get("positive_class") is not None:
+        splits = data.binary_target(splits, cfg["positive_class"])
+    return splits
+
+
 def train_run(
     config: Mapping[str, Any],
     device: str | torch.device = "auto",
@@ -375,12 +392,7 @@ def train_run(
     dev = select_device(device)
     seed_everything(cfg["seed"])
 
-    splits = data.load_dataset(
-        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
-        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
-    )
-    if cfg.get("positive_class") is not None:
-        splits = data.binary_target(splits, cfg["positive_class"])
+    splits = load_splits(cfg)
     train_loader, val_loader, test_loader = data.make_loaders(
         splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
     )

@@ -82,12 +82,7 @@ def trained_model(
     cfg = experiment.default_config(**run.config)
     digest = store.config_hash(cfg)
     dev = training.select_device(device)
-    splits = data.load_dataset(
-        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
-        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
-    )
-    if cfg.get("positive_class") is not None:  # a binary run, as train_run builds it
-        splits = data.binary_target(splits, cfg["positive_class"])
+    splits = experiment.load_splits(cfg)  # the splits train_run trained the run on
     _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=dev)
     roots = _checkpoint_roots(run, checkpoint_root)
     tried = []
