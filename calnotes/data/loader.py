@@ -15,7 +15,7 @@ import torch
 
 from calnotes._checks import check_device, check_positive_int
 from calnotes.data.augment import Augment, _augment_pad
-from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
+from calnotes.data.containers import DatasetSplits, ImageData
 
 __all__ = ["DeviceLoader", "make_loaders"]
 
@@ -77,13 +77,13 @@ class DeviceLoader:
             raise ValueError("std must be > 0 for every channel")
         self.shuffle = shuffle
         self.augment = augment
-        self.seed = _check_seed(seed)
+        self.seed = check_positive_int(seed, "seed", minimum=0)
         self.drop_last = drop_last
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose shuffle order and augmentation the next pass uses."""
-        self.epoch = _check_seed(epoch, "epoch")
+        self.epoch = check_positive_int(epoch, "epoch", minimum=0)
 
     @property
     def num_samples(self) -> int:

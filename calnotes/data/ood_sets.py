@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from calnotes._checks import as_tensor, check_positive_int
-from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
+from calnotes.data.containers import DatasetSplits, ImageData
 from calnotes.data.sources import DATASETS, _normalize_name, data_root
 from calnotes.data.splits import _load_raw
 
@@ -54,7 +54,7 @@ def gaussian_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) ->
     """
     n = check_positive_int(n, "n")
     c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
     z = torch.randn((n, c, h, w), generator=gen, dtype=torch.float32)
     return (128.0 + 64.0 * z).round().clamp(0, 255).to(torch.uint8)
 
@@ -63,7 +63,7 @@ def uniform_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> 
     """``n`` uniform-noise images, uint8 ``(n, C, H, W)``: pixels i.i.d. uniform on {0..255}."""
     n = check_positive_int(n, "n")
     c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
     return torch.randint(0, 256, (n, c, h, w), generator=gen, dtype=torch.uint8)
 
 
@@ -174,7 +174,7 @@ def ood_images(
     if not isinstance(like, DatasetSplits):
         raise TypeError(f"like must be a DatasetSplits, got {type(like).__name__}")
     n = check_positive_int(n, "n")
-    seed = _check_seed(seed)
+    seed = check_positive_int(seed, "seed", minimum=0)
     c, size = like.in_channels, like.image_size
     if isinstance(name, os.PathLike) or (
         isinstance(name, str) and name.startswith(_FOLDER_PREFIX)
