@@ -458,5 +458,5 @@ def seed_spread(tables: Mapping[Any, pd.DataFrame] | Iterable[pd.DataFrame],
         [(c, stat) for c in first.columns for stat in ("mean", "std")])
     values = np.stack([mean, std], axis=2).reshape(len(first.index), -1)
     out = pd.DataFrame(values, index=first.index, columns=columns)
-    out["n"] = len(items)
+    out[("n", "")] = len(items)
     return out

@@ -413,7 +413,7 @@ def test_score_table_stacks_scores_and_temperatures():
     table = score_table(z_in, z_out, temperatures={"raw": 1.0, "TS": 1.7})
     assert table.index.names == ["temperature", "score", "ood_set"]
     assert len(table) == 2 * 3 * 2  # temperatures x scores x (set + average)
-    pd.testing.assert_frame_equal(table.loc[("TS", "energy")],
+    pd.testing.assert_frame_equal(table.xs(("TS", "energy"), level=["temperature", "score"]),
                                   score_report(z_in, z_out, "energy", temperature=1.7))
     assert set(score_table(z_in, z_out, scores=["msp"]).index.get_level_values(0)) == {"raw"}
     with pytest.raises(TypeError, match="not a str"):

@@ -417,9 +417,10 @@ def train_run(
     )
     if cfg.get("positive_class") is not None:
         splits = data.binary_target(splits, cfg["positive_class"])
+    flip = {"flip": cfg["flip"]} if "flip" in cfg else {}
     train_loader, val_loader, test_loader = data.make_loaders(
         splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"],
-        seed=cfg["seed"], flip=cfg.get("flip"),
+        seed=cfg["seed"], **flip,
     )
     torch.manual_seed(cfg["seed"])  # model init independent of what data loading drew
     model = models.build_model(
