@@ -136,7 +136,7 @@ def test_parameter_without_domain_or_outside_it_is_an_error():
         ("dataset", ["mnist", "fashion_mnist", "cifar10"], ["cifar11", "MNIST"]),
         ("model", ["lenet5", "resnet20", "wrn-16-4"], ["resnet10", "vgg16", 5]),
         ("device", ["auto", "cpu"], ["tpu", "", 0]),
-        ("ood set", ["mnist", "gaussian", "folder:/tmp/x"], ["noise"]),
+        ("ood set", ["mnist", "gaussian", "animals", "letters", "folder:/tmp/x"], ["noise"]),
         ("schedule", ["cosine", "step", "none"], ["linear"]),
         ("resnet depth", [8, 14, 110], [10, 2, 8.0]),
         ("list of positive int", [[1], [10, 15]], [[], [0], 5, [1.5]]),

@@ -224,3 +224,88 @@ def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="val_size"):
         experiment.train_run({**config, "val_size": 0}, device="cpu", progress=False)
+
+
+# --------------------------------------------------------------------------- the LogitNorm recipe
+
+
+REPO_RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def test_every_stored_run_keeps_its_hash() -> None:
+    """The stored runs' folders are named by their hash: new optional keys change none."""
+    folders = sorted(p for p in REPO_RESULTS.iterdir() if (p / "config.json").is_file())
+    if not folders:
+        pytest.skip("no stored runs in this checkout")
+    for folder in folders:
+        stored = json.loads((folder / "config.json").read_text())
+        assert config_hash(stored) == folder.name, folder
+    for key in ("milestones", "lr_gamma", "flip"):
+        assert config_hash(default_config(**CH01_CONFIG, **{key: None})) == "f0a7f9abac42"
+
+
+def test_step_milestones_and_gamma_reach_the_trainer() -> None:
+    from calnotes.models import build_model
+
+    # the LogitNorm code: MultiStepLR([80, 140], 0.1) over 200 epochs, no Nesterov
+    cfg = default_config(schedule="step", milestones=[80, 140.0], lr_gamma=0.1, epochs=200,
+                         lr=0.1, weight_decay=5e-4, model="wrn-16-2",
+                         model_options={"dropout": 0.3}, loss="logitnorm",
+                         loss_options={"tau": 0.04})
+    assert cfg["milestones"] == [80, 140] and type(cfg["milestones"][1]) is int
+    assert config_hash(cfg) == config_hash({**cfg, "milestones": [80, 140]})
+    assert config_hash(cfg) != config_hash({k: v for k, v in cfg.items() if k != "milestones"})
+    model = build_model(cfg["model"], 10, 1, 28, **cfg["model_options"])
+    trainer = experiment.make_trainer(cfg, model, device="cpu", progress=False)
+    assert trainer.milestones == (80, 140) and trainer.gamma == 0.1
+    group = trainer.optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]) == (
+        0.1, 0.9, 5e-4, False)
+    # the same schedule as fractions of a shorter run
+    short = default_config(schedule="step", milestones=[0.4, 0.7], epochs=20)
+    trainer = experiment.make_trainer(short, build_model("resnet8", 10, 1, 28), device="cpu",
+                                      progress=False)
+    assert trainer.milestones == (8, 14) and trainer.gamma == 0.1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"milestones": [0.5]}, ValueError, "schedule='step'"),
+        ({"lr_gamma": 0.2}, ValueError, "schedule='step'"),
+        ({"schedule": "step", "milestones": []}, TypeError, "non-empty list"),
+        ({"schedule": "step", "milestones": ["80"]}, TypeError, "non-empty list"),
+        ({"schedule": "step", "milestones": 80}, TypeError, "milestones"),
+        ({"schedule": "step", "lr_gamma": 0.0}, ValueError, "lr_gamma"),
+        ({"flip": True}, ValueError, "augment=True"),
+        ({"augment": True, "flip": "yes"}, TypeError, "flip"),
+    ],
+)
+def test_recipe_options_are_checked(overrides, error, match) -> None:
+    with pytest.raises(error, match=match):
+        default_config(**overrides)
+
+
+def test_flip_overrides_the_datasets_choice(monkeypatch) -> None:
+    part = data.ImageData(torch.zeros(4, 1, 28, 28, dtype=torch.uint8), torch.arange(4))
+    splits = data.DatasetSplits(name="fashion_mnist", train=part, val=part, test=part,
+                                num_classes=10, in_channels=1, image_size=28, mean=(0.5,),
+                                std=(0.25,), allow_flip=False)
+    train, _, _ = data.make_loaders(splits, 2, augment=True)
+    assert train.augment is not None and train.augment.flip is False
+    train, _, _ = data.make_loaders(splits, 2, augment=True, flip=True)
+    assert train.augment is not None and train.augment.flip is True and train.augment.pad == 2
+    with pytest.raises(ValueError, match="augment=True"):
+        data.make_loaders(splits, 2, flip=True)
+    # a config's flip reaches the loaders train_run builds
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(data, "make_loaders", spy)
+    with pytest.raises(RuntimeError, match="stop here"):
+        experiment.train_run(default_config(dataset="digits", val_size=0.2, augment=True,
+                                            flip=True), device="cpu", progress=False)
+    assert seen["flip"] is True and seen["augment"] is True

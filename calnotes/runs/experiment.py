@@ -81,9 +81,20 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: optional) trains with :class:`calnotes.training.meta.MetaTrainer`: a per-sample focal loss whose
 #: gamma a gamma-Net learns (FLgamma-SECE, or FLgamma-DECE with ``{"outer": "dece"}``).
 #: Such a run needs ``loss="focal"`` without options (gamma is learned, not set).
+#:
+#: ``milestones`` and ``lr_gamma`` (``schedule="step"`` only): the learning rate is
+#: multiplied by ``lr_gamma`` (default 0.1) at each milestone, given as epochs (ints >= 1) or
+#: fractions of the epochs (floats in (0, 1)); without them the step schedule decays at 1/2
+#: and 3/4 of training. The LogitNorm code's ``[80, 140]`` of 200 epochs is ``[0.4, 0.7]``.
+#:
+#: ``flip``: with ``augment=True``, whether the random crop is joined by a horizontal flip;
+#: absent, the dataset decides (flips for CIFAR, not for digits or Fashion-MNIST).
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
     "meta": None,
+    "milestones": None,
+    "lr_gamma": None,
+    "flip": None,
 }
 
 #: Options of a ``meta`` config and their defaults: ``outer`` loss (``"sece"``/``"dece"``),
@@ -114,7 +125,7 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
     "weight_decay": (float,), "schedule": (str,), "epochs": (int,), "batch_size": (int,),
     "augment": (bool,), "val_size": (int, float, None), "train_subset": (int, None),
     "test_subset": (int, None), "seed": (int,), "amp": (bool,), "positive_class": (int,),
-    "meta": (dict,),
+    "meta": (dict,), "milestones": (list,), "lr_gamma": (float,), "flip": (bool,),
 }
 
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
@@ -156,6 +167,9 @@ def _canonical(value: Any, types: tuple[Any, ...], name: str) -> Any:
     elif isinstance(value, Mapping):
         if dict in types:
             return _json_value(value, name)
+    elif isinstance(value, (list, tuple)):
+        if list in types:
+            return _json_value(list(value), name)
     raise TypeError(f"{name} must be {_type_names(types)}, got {type(value).__name__} {value!r}")
 
 
@@ -226,7 +240,29 @@ def default_config(**overrides: Any) -> dict[str, Any]:
         raise ValueError(f"config['positive_class'] must be >= 0, got {config['positive_class']}")
     if "meta" in config:
         config["meta"] = _check_meta(config["meta"], config)
+    _check_schedule_options(config)
+    if "milestones" in config:  # a whole epoch given as a float is that epoch: one run, one hash
+        config["milestones"] = [int(m) if isinstance(m, float) and m >= 1 and m == int(m)
+                                else m for m in config["milestones"]]
     return config
+
+
+def _check_schedule_options(config: Mapping[str, Any]) -> None:
+    """``milestones`` and ``lr_gamma`` need the step schedule; ``flip`` needs augmentation;
+    milestones are numbers (the trainer checks their range and order)."""
+    step_only = [k for k in ("milestones", "lr_gamma") if k in config]
+    if step_only and config["schedule"] != "step":
+        raise ValueError(f"config {step_only} apply to schedule='step', got schedule="
+                         f"{config['schedule']!r}")
+    milestones = config.get("milestones")
+    if milestones is not None and (not milestones or any(
+            isinstance(m, bool) or not isinstance(m, (int, float)) for m in milestones)):
+        raise TypeError(f"config['milestones'] must be a non-empty list of epochs or fractions, "
+                        f"got {milestones!r}")
+    if config.get("lr_gamma", 1.0) <= 0:
+        raise ValueError(f"config['lr_gamma'] must be > 0, got {config['lr_gamma']}")
+    if "flip" in config and not config["augment"]:
+        raise ValueError("config['flip'] applies to augmentation: set augment=True")
 
 
 def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -393,8 +429,10 @@ def train_run(
     seed_everything(cfg["seed"])
 
     splits = load_splits(cfg)
+    flip = {"flip": cfg["flip"]} if "flip" in cfg else {}
     train_loader, val_loader, test_loader = data.make_loaders(
-        splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
+        splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"],
+        seed=cfg["seed"], **flip,
     )
     torch.manual_seed(cfg["seed"])  # model init independent of what data loading drew
     model = models.build_model(
@@ -447,6 +485,10 @@ def make_trainer(
         amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
         progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback, run_config=cfg,
     )
+    if "milestones" in cfg:
+        options["milestones"] = cfg["milestones"]
+    if "lr_gamma" in cfg:
+        options["gamma"] = cfg["lr_gamma"]
     if "meta" in cfg:
         if cfg["optimizer"] != "sgd":
             raise ValueError(f"a meta run trains the backbone with sgd, got {cfg['optimizer']!r}")
