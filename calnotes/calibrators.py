@@ -11,10 +11,13 @@ Every calibrator is fitted on a held-out validation split and then applied to ne
   (temperature, vector, matrix and Platt scaling); the binning methods raise
   ``NotImplementedError``.
 
-numpy in gives numpy out; a torch tensor in gives a tensor out on the same device, in the
-input's floating dtype (float16/bfloat16 are promoted to float32). The parametric methods
-fit in float64 on the logits' device; the binning methods work in float64 numpy on the
-CPU (they are cheap and sklearn's isotonic regression is CPU only).
+numpy in gives numpy out; a torch tensor in gives a tensor out on the same device. Every
+calibrator computes in float64 (the parametric methods on the logits' device, the binning
+methods in numpy on the CPU: they are cheap and sklearn's isotonic regression is CPU only)
+and returns float64, whatever the input's floating dtype (float32 on MPS, which has no
+float64). The binning methods output ratios such as 2/3 or 4/5 that often sit exactly on a
+bin edge m/M of the metrics; rounded to float32 they would land on either side of it, and
+a metric such as the MCE would then depend on the dtype of the logits.
 
 A fitted calibrator is saved as JSON and read back without unpickling anything::
 
@@ -150,11 +153,12 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
 
 
 def _out_dtype(t: torch.Tensor) -> torch.dtype:
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+    """float64, the precision of the work; float32 on MPS (no float64 there)."""
+    return torch.float32 if t.device.type == "mps" else torch.float64
 
 
 def _finish(result: torch.Tensor, like: torch.Tensor, numpy_out: bool) -> ArrayLike:
-    """Cast a float64 result back to the caller's device/dtype (or to numpy)."""
+    """A float64 result on the caller's device (or as numpy), whatever the input's dtype."""
     out = result.detach().to(dtype=_out_dtype(like))
     return like_input(out if numpy_out else out.to(like.device), numpy_out)
 

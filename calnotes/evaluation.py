@@ -14,6 +14,12 @@ The first row of every table is the uncalibrated model, ``softmax(test_logits)``
 names are the keys of :data:`calnotes.calibrators.CALIBRATORS`; :data:`LABELS` gives the
 names Guo et al. print. Metrics are fractions (multiply by 100 for percent) computed by
 :func:`calnotes.metrics.calibration_report` with ``n_bins`` equal-width bins.
+
+Every probability of a comparison, the uncalibrated softmax included, is float64 (float32
+on MPS): float32 logits are widened exactly, so a comparison of float32 logits and one of
+the same logits as float64 are the same computation and give the same table. (Rounded to
+float32, the step values of the binning methods, ratios such as 2/3, land on either side
+of a bin edge such as 10/15, and the MCE of a sparse bin moves with them.)
 """
 
 from __future__ import annotations
@@ -142,6 +148,14 @@ def _check_methods(methods: Any) -> list[str]:
     return names
 
 
+def _widened(z: torch.Tensor, from_numpy: bool) -> ArrayLike:
+    """Checked logits as float64 (exact from float16/32), in the kind the caller passed
+    (numpy or a tensor on its device; MPS tensors stay float32, MPS has no float64)."""
+    if from_numpy:
+        return z.numpy().astype(np.float64, copy=False)
+    return z if z.device.type == "mps" else z.to(torch.float64)
+
+
 def compare_calibrators(
     val_logits: ArrayLike,
     val_labels: ArrayLike,
@@ -156,7 +170,8 @@ def compare_calibrators(
 
     ``options`` maps a method name to keyword arguments of its constructor, e.g.
     ``{"matrix": {"reg": 1e-2}}``. Validation and test logits must have the same number of
-    classes. numpy logits give numpy probabilities, tensors give tensors.
+    classes. numpy logits give numpy probabilities, tensors give tensors; all of them
+    float64 (float32 on MPS), computed from the logits widened to float64.
     """
     names = _check_methods(methods)
     n_bins = check_positive_int(n_bins, "n_bins")
@@ -166,8 +181,8 @@ def compare_calibrators(
     stray = sorted(set(options) - set(names))
     if stray:
         raise ValueError(f"options given for {stray}, which are not in methods {names}")
-    zv, _ = check_logits(val_logits, "val_logits")
-    zt, _ = check_logits(test_logits, "test_logits")
+    zv, val_numpy = check_logits(val_logits, "val_logits")
+    zt, test_numpy = check_logits(test_logits, "test_logits")
     if zv.shape[1] != zt.shape[1]:
         raise ValueError(
             f"val_logits has {zv.shape[1]} classes but test_logits has {zt.shape[1]}"
@@ -175,6 +190,7 @@ def compare_calibrators(
     check_labels(val_labels, zv.shape[0], zv.shape[1], "val_labels")
     check_labels(test_labels, zt.shape[0], zt.shape[1], "test_labels")
 
+    val_logits, test_logits = _widened(zv, val_numpy), _widened(zt, test_numpy)
     probs: dict[str, ArrayLike] = {UNCALIBRATED: metrics.probs_from_logits(test_logits)}
     fitted: dict[str, Calibrator] = {}
     for name in names:
