@@ -7,6 +7,7 @@
     cmp.probs["temperature"]     # calibrated test probabilities (N, C)
     cmp.relative_change()        # (method - uncalibrated) / uncalibrated, for ece and mce
     cmp.bootstrap()              # test-set noise of each ECE and of its gap to temperature
+    cmp.interval("isotonic", "ece", reference="uncalibrated", relative=True)  # 95% interval
     table1({"MNIST, LeNet-5": cmp, ...})        # Guo et al.'s Table 1 layout
     compare_with_sklearn(val_logits, val_labels, test_logits, test_labels)   # binary only
 
@@ -114,6 +115,31 @@ class CalibrationComparison:
                             "diff_std": frame.sub(frame[reference], axis=0).std(ddof=1)})
         out.index.name = "method"
         return out
+
+    def interval(
+        self, method: str, metric: str = "ece", reference: str | None = None, *,
+        relative: bool = False, n_boot: int = 1000, level: float = 0.95, seed: int = 0,
+    ) -> metrics.BootstrapInterval:
+        """Percentile bootstrap interval over the test samples of ``method``'s ``metric``
+        (one of :data:`TABLE_METRICS`, binned metrics with this comparison's ``n_bins``).
+
+        With ``reference`` (another row, e.g. :data:`UNCALIBRATED`) the interval is that of
+        the paired difference ``metric(method) - metric(reference)``, or with
+        ``relative=True`` of ``(metric(method) - metric(reference)) / metric(reference)``,
+        as in :meth:`relative_change`. See :func:`calnotes.metrics.bootstrap_interval`;
+        the calibrators are not refitted.
+        """
+        if self.labels is None:
+            raise ValueError("this comparison holds no test labels; use compare_calibrators")
+        for name, value in (("method", method), ("reference", reference)):
+            if value is not None and value not in self.probs:
+                raise ValueError(f"{name} must be one of {list(self.probs)}, got {value!r}")
+        if metric not in TABLE_METRICS:
+            raise ValueError(f"metric must be one of {TABLE_METRICS}, got {metric!r}")
+        return metrics.bootstrap_interval(
+            metric, self.probs[method], self.labels,
+            None if reference is None else self.probs[reference], relative=relative,
+            n_bins=self.n_bins, n_boot=n_boot, level=level, seed=seed)
 
     def relative_change(self, columns: Sequence[str] = ("ece", "mce")) -> pd.DataFrame:
         """``(value - uncalibrated) / uncalibrated`` per method (rows) and metric (columns).
