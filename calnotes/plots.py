@@ -235,7 +235,7 @@ def error_and_nll(
     nll_ax.tick_params(axis="y", colors="C1")
     nll_ax.grid(False)
     handles = ax.get_lines()[:1] + nll_ax.get_lines()
-    ax.legend(handles, [h.get_label() for h in handles], loc="lower center",
+    ax.legend(handles, [str(h.get_label()) for h in handles], loc="lower center",
               bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
     if title:
         ax.set_title(title, pad=22)
