@@ -205,6 +205,7 @@ def error_and_nll(
     marks: Sequence[float] = (),
     error_label: str = "error (%)",
     nll_label: str = "NLL",
+    legend: bool = True,
 ) -> tuple[Axes, Axes]:
     """Guo et al.'s Figure 3: the error and the NLL over training, each on its own y axis.
 
@@ -212,8 +213,9 @@ def error_and_nll(
     get an axis scaled to their own range, so a rise of the NLL by a few percent of its
     value stays visible beside an error in percent; each axis label has its curve's color.
     A dot marks the NLL's minimum; ``marks`` are epochs drawn as dotted vertical lines
-    (for example the first epoch at each lower learning rate). The legend sits above the
-    axes, outside the plotting area, so it covers no curve. Returns ``(ax, nll_ax)``.
+    (for example the first epoch at each lower learning rate). The legend (``legend=True``)
+    sits above the axes, outside the plotting area, so it covers no curve. Returns
+    ``(ax, nll_ax)``.
     """
     x = _curve(epochs, "epochs")
     err, loss = _curve(error, "error", x.size), _curve(nll, "nll", x.size)
@@ -235,8 +237,9 @@ def error_and_nll(
     nll_ax.tick_params(axis="y", colors="C1")
     nll_ax.grid(False)
     handles = ax.get_lines()[:1] + nll_ax.get_lines()
-    ax.legend(handles, [str(h.get_label()) for h in handles], loc="lower center",
-              bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
+    if legend:
+        ax.legend(handles, [str(h.get_label()) for h in handles], loc="lower center",
+                  bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
     if title:
-        ax.set_title(title, pad=22)
+        ax.set_title(title, pad=22 if legend else None)
     return ax, nll_ax

@@ -167,6 +167,9 @@ def test_error_and_nll_legend_covers_no_curve():
     box, area = legend.get_window_extent(), ax.get_window_extent()
     assert box.y0 >= area.y1 - 1  # above the plotting area (1 pixel of rounding)
     plt.close(fig)
+    ax, nll_ax = plots.error_and_nll(epochs, error, nll, legend=False)
+    assert ax.get_legend() is None and nll_ax.get_legend() is None
+    plt.close(ax.figure)
 
 
 @pytest.mark.parametrize(
