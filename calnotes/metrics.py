@@ -939,22 +939,24 @@ _TOP_LABEL_BOOTSTRAP = ("ece", "mce", "error")
 _BOOT_BLOCK = 64
 
 
-def _resampled_top_label(metric: str, probs: torch.Tensor, labels: torch.Tensor,
-                         n_bins: int, draws: np.ndarray) -> np.ndarray:
+def _resampled_top_label(metric: str, probs: Any, labels: Any, n_bins: int,
+                         draws: np.ndarray) -> np.ndarray:
     """``metric`` ("ece", "mce" or "error") on each resample, from per-bin sums.
 
     ``draws (B, N)`` holds the resampled indices. A resample is a count ``w_i`` of each
     sample, so its per-bin sums are ``sum_i w_i [bin_i = m] (1, c_i, r_i)``: one product of
     the ``(B, N)`` counts with the samples' bin indicators, instead of B metric calls. The
-    bins are those of :func:`ece` (the same index function on the same confidences).
+    bins are those of :func:`ece` (the same index function on the same confidences, in
+    their own dtype); the sums are float64.
     """
     conf, correct, _, _ = _top_label_checked(probs, labels)
+    edges = _uniform_edges(n_bins, conf.dtype, conf.device)
+    bins = _bin_index(conf.detach()[None], edges, uniform=True)[0].cpu()
     conf, correct = conf.detach().cpu().double(), correct.detach().cpu().double()
     n = conf.shape[0]
     out = []
     if metric != "error":
-        edges = _uniform_edges(n_bins, conf.dtype, conf.device)
-        onehot = F.one_hot(_bin_index(conf[None], edges, uniform=True)[0], n_bins).double()
+        onehot = F.one_hot(bins, n_bins).double()
         columns = torch.cat([onehot, onehot * conf[:, None], onehot * correct[:, None]], dim=1)
     for b0 in range(0, draws.shape[0], _BOOT_BLOCK):
         block = draws[b0 : b0 + _BOOT_BLOCK]
@@ -986,7 +988,8 @@ def bootstrap_interval(
     metrics on the same samples.
 
     ``metric`` is a name of :data:`REPORT_METRICS` (the binned ones use ``n_bins``
-    equal-width bins) or a callable ``f(probs, labels) -> number``. The statistic is
+    equal-width bins) or a callable ``f(probs, labels) -> number``, which gets resampled
+    rows of the arrays it was given (numpy arrays stay numpy). The statistic is
 
     * :math:`f(P)` without ``baseline``;
     * :math:`f(P) - f(Q)` with ``baseline`` :math:`Q` (predictions of another method for the
@@ -1015,26 +1018,32 @@ def bootstrap_interval(
         raise ValueError(f"level must lie in (0, 1), got {level}")
     seed = check_positive_int(seed, "seed", minimum=0)
     p, _ = check_probs(probs, "probs")
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
-    models = [p]
+    check_labels(labels, p.shape[0], p.shape[1], "labels")
+    models = [probs]
     if baseline is not None:
         q, _ = check_probs(baseline, "baseline")
         if q.shape != p.shape:
             raise ValueError(f"baseline has shape {tuple(q.shape)} but probs has "
                              f"{tuple(p.shape)}; both must hold the same samples")
-        models.append(q.to(p.device))
+        models.append(baseline)
+
+    def rows(x: Any, index: np.ndarray) -> Any:
+        """The resampled rows of ``x``, in the kind (and on the device) it came in."""
+        if isinstance(x, torch.Tensor):
+            return x[torch.from_numpy(index).to(x.device)]
+        return x[index]
 
     n = p.shape[0]
     rng = np.random.default_rng(seed)
     draws = np.stack([rng.integers(0, n, n) for _ in range(n_boot)])
     with torch.no_grad():
-        estimates = np.array([float(f(m, y)) for m in models])
+        estimates = np.array([float(f(m, labels)) for m in models])
         if isinstance(metric, str) and metric in _TOP_LABEL_BOOTSTRAP:
-            values = np.stack([_resampled_top_label(metric, m, y, n_bins, draws)
+            values = np.stack([_resampled_top_label(metric, m, labels, n_bins, draws)
                                for m in models], axis=1)
         else:
-            index = torch.from_numpy(draws).to(p.device)
-            values = np.array([[float(f(m[i], y[i])) for m in models] for i in index])
+            values = np.array([[float(f(rows(m, i), rows(labels, i))) for m in models]
+                               for i in draws])
 
     def statistic(v: np.ndarray) -> np.ndarray:
         """Rows of per-model values -> the statistic of each row."""

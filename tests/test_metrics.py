@@ -1133,3 +1133,33 @@ def test_bootstrap_interval_bad_input() -> None:
     perfect = np.eye(3)[y]  # one-hot and right: ECE 0 in every resample
     with pytest.raises(ValueError, match="relative change is undefined"):
         M.bootstrap_interval("ece", p, y, baseline=perfect, relative=True, n_boot=2)
+
+
+def test_bootstrap_callables_get_the_kind_they_were_given() -> None:
+    p, y = make_data(8, 200, 3)
+    seen = []
+
+    def kind(probs, labels):
+        seen.append((type(probs), type(labels), probs.shape))
+        return float(probs[:, 0].mean())
+
+    M.bootstrap_interval(kind, p, y, n_boot=3)
+    assert set(seen) == {(np.ndarray, np.ndarray, (200, 3))}
+    seen.clear()
+    M.bootstrap_interval(kind, torch.from_numpy(p).float(), torch.from_numpy(y), n_boot=3)
+    assert set(seen) == {(torch.Tensor, torch.Tensor, (200, 3))}
+
+
+def test_bootstrap_per_bin_sums_bin_float32_confidences_like_ece() -> None:
+    # float32 confidences one ulp on either side of the edges m / 15: the fast path must
+    # bin them in float32, as ece does, not in float64 (where the two sides would swap)
+    edges = (np.arange(1, 15) / 15).astype(np.float32)
+    conf = np.concatenate([np.nextafter(edges, 0), edges, np.nextafter(edges, 1)])
+    p = np.stack([conf, 1 - conf], axis=1).astype(np.float32)
+    keep = p[:, 0] >= 0.5  # the confidence is column 0 there
+    p, y = p[keep], (np.arange(keep.sum()) % 2).astype(np.int64)
+    fast = M.bootstrap_interval("ece", p, y, n_boot=20, seed=3)
+    slow = M.bootstrap_interval(lambda a, b: M.ece(a, b), p, y, n_boot=20, seed=3)
+    # same bins, float64 sums of at most 21 terms in another order: below 1e-14
+    for a, b in ((fast.low, slow.low), (fast.high, slow.high)):
+        assert a == pytest.approx(b, abs=1e-12)
