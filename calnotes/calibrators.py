@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from scipy.special import gammaln
@@ -891,7 +892,10 @@ class BBQ(_BinaryCoreCalibrator):
     with ``alpha_b = N' p_b / B``, ``beta_b = N' (1 - p_b) / B``, ``p_b`` the bin's midpoint,
     ``m_b`` / ``n_b`` its positives / negatives and ``N' = prior_strength`` (2 in the paper).
     A bin predicts its posterior mean ``(m_b + alpha_b) / (N_b + N' / B)`` and BBQ the
-    average of the models' predictions weighted by ``P(D | M)`` (uniform model prior).
+    average of the models' predictions weighted by their posterior
+    :math:`P(M \mid D) = P(D \mid M) / \sum_{M'} P(D \mid M')` (a uniform prior over the
+    models cancels); :meth:`posterior` lists it. An empty bin would contribute 0 to the
+    log score and predict its prior mean ``p_b``; equal-frequency bins are never empty.
 
     ``n_bins``: the bin counts to use. Default: every B from
     ``max(1, floor(N^(1/3) / spread))`` to ``min(ceil(spread * N^(1/3)), max(1, N // 5))``
@@ -912,6 +916,23 @@ class BBQ(_BinaryCoreCalibrator):
         self.n_bins = n_bins
         self.spread = check_positive_float(spread, "spread")
         self.prior_strength = check_positive_float(prior_strength, "prior_strength")
+
+    def posterior(self, core: int = 0) -> pd.DataFrame:
+        r"""The posterior over binning schemes of one binary problem, most probable first.
+
+        One row per binning: ``n_bins`` (its number of bins) and ``posterior``,
+        :math:`P(M \mid D)`; the posteriors sum to 1. ``core`` is the class of a
+        one-vs-all fit (0, the only one, for a binary fit).
+        """
+        self._check_fitted()
+        core = check_positive_int(core, "core", minimum=0)
+        if core >= len(self.cores_):
+            raise ValueError(f"core must be below {len(self.cores_)} for this fit, got {core}")
+        weights, models = self.cores_[core]
+        frame = pd.DataFrame({"n_bins": [len(edges) - 1 for edges, _ in models],
+                              "posterior": weights})
+        return frame.sort_values("posterior", ascending=False, kind="stable",
+                                 ignore_index=True)
 
     def bin_counts(self, n: int) -> list[int]:
         """The numbers of bins B used for ``n`` validation scores."""

@@ -245,6 +245,23 @@ def test_bbq_hand_computed() -> None:
                                [1614.5 / 14254, 1614.5 / 14254, 12639.5 / 14254], rtol=1e-12)
 
 
+def test_bbq_posterior_lists_the_weights_of_its_binnings() -> None:
+    s = np.array([0.1, 0.2, 0.8, 0.9])
+    t = np.array([0, 0, 1, 1])
+    post = BBQ(n_bins=(1, 2)).fit_scores(s, t).posterior()
+    # the hand-computed weights of the test above, most probable first
+    assert list(post.columns) == ["n_bins", "posterior"] and list(post["n_bins"]) == [2, 1]
+    np.testing.assert_allclose(post["posterior"], [13230 / 14254, 1024 / 14254], rtol=1e-12)
+    z, y = _overconfident(600, 3, seed=29)
+    ova = BBQ().fit(z, y)
+    for k in range(3):
+        assert ova.posterior(k)["posterior"].sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="core must be below 3"):
+        ova.posterior(3)
+    with pytest.raises(NotFittedError):
+        BBQ().posterior()
+
+
 def test_bbq_with_saturated_scores_is_finite() -> None:
     # Overconfident float64 softmax saturates: many scores are exactly 0.0 or 1.0. A cut
     # between tied scores would make a zero-width bin with prior midpoint 0 or 1 (NaN).
