@@ -74,6 +74,7 @@ __all__ = [
 
 BINNINGS = ("uniform", "quantile")
 NORMS = ("l1", "l2", "max")
+#: The metrics of :func:`calibration_report`, in its column order.
 REPORT_METRICS = ("error", "nll", "brier", "ece", "mce", "ace", "classwise_ece", "sece")
 
 #: Classwise metrics bin the (N, C) matrix in blocks of about this many entries (bounded

@@ -68,7 +68,7 @@ _CHECKPOINT_FORMAT = 1
 
 def select_device(device: str | torch.device = "auto") -> torch.device:
     """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU; anything else is
-    checked by :func:`calnotes._checks.check_device` (``ValueError`` for an unknown or
+    checked by ``calnotes._checks.check_device`` (``ValueError`` for an unknown or
     absent device, ``TypeError`` for a value that is neither a string nor a device)."""
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
