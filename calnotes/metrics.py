@@ -595,7 +595,7 @@ _GRID_ERROR_CONSTANT = 0.2791
 #: (forward and backward took 2.6 ms exact and 1.4 ms on the grid at 512 samples, 11.6 and
 #: 2.1 ms at 1024, on one CPU thread).
 SECE_EXACT_MAX_N = 512
-#: The grid spacing is chosen so that |SECE_grid - SECE_exact| <= SECE_GRID_TOL.
+#: The grid spacing is chosen so that ``|SECE_grid - SECE_exact| <= SECE_GRID_TOL``.
 SECE_GRID_TOL = 1e-7
 #: ``method="auto"`` falls back to the exact sums when the grid would need more nodes
 #: (only for bandwidths far below the spread of the confidences divided by 10^5).
