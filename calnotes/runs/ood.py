@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -174,44 +174,58 @@ def run_ood_logits(
     batch_size = check_positive_int(batch_size, "batch_size")
     digests = _check_images(images)
 
+    def compute(model: nn.Module, splits: Any, x: torch.Tensor) -> torch.Tensor:
+        loader = data.DeviceLoader(
+            data.ImageData(x, torch.zeros(x.shape[0], dtype=torch.long)), batch_size,
+            shuffle=False, mean=splits.mean, std=splits.std, device=model_device(model),
+        )
+        return training.predict_logits(model, loader)[0]
+
+    meta = {name: {"images_sha256": d} for name, d in digests.items()}
+    return _stored_logits(run, images, "ood_logits", OOD_LOGITS_FILE, digests, meta, compute,
+                          device=device, checkpoint_root=checkpoint_root)
+
+
+def _stored_logits(
+    run: Any,
+    images: Mapping[str, torch.Tensor],
+    kind: str,
+    fname: str,
+    keys: Mapping[str, str],
+    meta: Mapping[str, dict[str, Any]],
+    compute: Callable[[nn.Module, Any, torch.Tensor], torch.Tensor],
+    *,
+    device: str | torch.device,
+    checkpoint_root: str | Path | None,
+) -> dict[str, torch.Tensor]:
+    """Each set's logits from its entry ``ood/<keys[name][:16]>`` (of ``kind``, its manifest
+    holding ``meta[name]``); sets not stored yet are computed by ``compute(model, splits,
+    images)`` with the run's trained model, stored whole, and read back verified."""
     out: dict[str, np.ndarray] = {}
     for name in images:
-        found = _read_ood_logits(run, digests[name])
+        found = _read_logits_entry(run, keys[name], kind, fname, meta[name])
         if found is not None:
             out[name] = found
     missing = [name for name in images if name not in out]
     if missing:
         model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
-        dev = model_device(model)
         for name in missing:
-            x = images[name]
-            loader = data.DeviceLoader(
-                data.ImageData(x, torch.zeros(x.shape[0], dtype=torch.long)), batch_size,
-                shuffle=False, mean=splits.mean, std=splits.std, device=dev,
-            )
-            logits, _ = training.predict_logits(model, loader)
+            logits = compute(model, splits, images[name])
             store.write_entry(
-                _ood_entry(run, digests[name]),
-                {OOD_LOGITS_FILE: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
-                {"kind": "ood_logits", "images_sha256": digests[name],
-                 "config_hash": run.path.name},
+                _ood_entry(run, keys[name]),
+                {fname: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
+                {"kind": kind, **meta[name], "config_hash": run.path.name},
             )
-            found = _read_ood_logits(run, digests[name])  # another writer may have won
+            # read back verified (another writer may have published the entry first)
+            found = _read_logits_entry(run, keys[name], kind, fname, meta[name])
             if found is None:
-                raise RuntimeError(f"the OOD logits of {name!r} were not stored in {run.path}")
+                raise RuntimeError(f"the {kind} of {name!r} were not stored in {run.path}")
             out[name] = found
     return {name: torch.from_numpy(out[name]) for name in images}
 
 
 def _ood_entry(run: Any, key: str) -> Path:
     return Path(run.path) / OOD_FOLDER / key[:16]
-
-
-def _read_ood_logits(run: Any, images_sha256: str) -> np.ndarray | None:
-    """The stored float32 logits of the images with this digest (``None`` if not stored
-    or stored in an older format); :class:`calnotes.runs.store.CorruptRun` if damaged."""
-    return _read_logits_entry(run, images_sha256, "ood_logits", OOD_LOGITS_FILE,
-                              {"images_sha256": images_sha256})
 
 
 def _read_logits_entry(run: Any, key: str, kind: str, fname: str,
@@ -299,30 +313,13 @@ def run_odin_logits(
             for name, d in digests.items()}
     meta = {name: {"images_sha256": digests[name], "temperature": temperature,
                    "epsilon": epsilon} for name in images}
-    out: dict[str, np.ndarray] = {}
-    for name in images:
-        found = _read_logits_entry(run, keys[name], "odin_logits", ODIN_LOGITS_FILE, meta[name])
-        if found is not None:
-            out[name] = found
-    missing = [name for name in images if name not in out]
-    if missing:
-        model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
+
+    def compute(model: nn.Module, splits: Any, x: torch.Tensor) -> torch.Tensor:
         dev = model_device(model)
         pixel_model = _PixelInput(model, splits.mean, splits.std, dev).eval()
-        for name in missing:
-            x = images[name]
-            batches = (x[i:i + batch_size].to(dev).float() / 255.0
-                       for i in range(0, x.shape[0], batch_size))
-            logits = ood.odin_logits(pixel_model, batches, temperature, epsilon, dev)
-            store.write_entry(
-                _ood_entry(run, keys[name]),
-                {ODIN_LOGITS_FILE: store.npz_bytes(
-                    {"logits": logits.numpy().astype(np.float32)})},
-                {"kind": "odin_logits", **meta[name], "config_hash": run.path.name},
-            )
-            found = _read_logits_entry(run, keys[name], "odin_logits", ODIN_LOGITS_FILE,
-                                       meta[name])
-            if found is None:
-                raise RuntimeError(f"the ODIN logits of {name!r} were not stored in {run.path}")
-            out[name] = found
-    return {name: torch.from_numpy(out[name]) for name in images}
+        batches = (x[i:i + batch_size].to(dev).float() / 255.0
+                   for i in range(0, x.shape[0], batch_size))
+        return ood.odin_logits(pixel_model, batches, temperature, epsilon, dev)
+
+    return _stored_logits(run, images, "odin_logits", ODIN_LOGITS_FILE, keys, meta, compute,
+                          device=device, checkpoint_root=checkpoint_root)
