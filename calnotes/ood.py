@@ -12,8 +12,9 @@ Metrics take ``scores_in`` and ``scores_out`` (1-d, finite, non-empty) and retur
 :func:`auroc`, :func:`aupr_in`, :func:`aupr_out`, :func:`fpr_at_tpr`; :func:`ood_report`
 tabulates them for several OOD sets, :func:`score_report` does so for a named score
 computed from logits (optionally divided by a temperature, e.g. the one temperature
-scaling fitted), :func:`score_table` for several scores at once, and :func:`seed_spread`
-gives the mean and standard deviation of such tables over seeds.
+scaling fitted), :func:`score_table` for several scores at once, :func:`mean_over_draws`
+averages any such table over random draws of a fixed number of OOD samples, and
+:func:`seed_spread` gives the mean and standard deviation of such tables over seeds.
 
 OOD images as data are in :mod:`calnotes.data.ood_sets` (:func:`calnotes.data.ood_images`);
 a stored run's logits on them come from :func:`calnotes.runs.ood.run_ood_logits`.
@@ -22,7 +23,7 @@ a stored run's logits on them come from :func:`calnotes.runs.ood.run_ood_logits`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from calnotes._checks import (
     as_tensor,
     check_logits,
     check_positive_float,
+    check_positive_int,
     like_input,
     model_device,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "energy",
     "fpr_at_tpr",
     "max_logit",
+    "mean_over_draws",
     "msp",
     "odin",
     "odin_logits",
@@ -427,6 +430,47 @@ def score_table(
     parts = {(label, score): score_report(logits_in, logits_out, score, tpr, t, averages)
              for label, t in temps.items() for score in names}
     return pd.concat(parts, names=["temperature", "score"])
+
+
+def mean_over_draws(
+    report: Callable[[dict[str, Any]], pd.DataFrame],
+    out: Mapping[str, Any],
+    n: int,
+    draws: int,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The mean of ``report(drawn)`` over ``draws`` random draws of the OOD sets ``out``.
+
+    Each draw takes ``n`` rows of every set of ``out`` (name -> logits or scores, first
+    dimension = samples) without replacement; a set of at most ``n`` rows is used whole in
+    every draw. Draw ``d`` of a set of ``m`` rows is ``randperm(m)`` of a generator seeded
+    with ``seed + d``, so it picks the same samples from every array of ``m`` rows (e.g. the
+    plain and the ODIN logits of one set), whatever the model. This is the LogitNorm code's
+    protocol (ten draws of 2,000 OOD images, the metrics averaged). ``report`` returns a
+    numeric table of the same shape for every draw (e.g. :func:`score_report` of fixed ID
+    logits); the result is their cell-wise mean.
+    """
+    if not callable(report):
+        raise TypeError(f"report must be callable, got {type(report).__name__}")
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError("out must be a non-empty mapping name -> logits or scores")
+    n = check_positive_int(n, "n")
+    draws = check_positive_int(draws, "draws")
+    seed = check_positive_int(seed, "seed", minimum=0)
+    sizes = {name: int(len(x)) for name, x in out.items()}
+    tables = []
+    for d in range(draws):
+        gen = torch.Generator().manual_seed(seed + d)
+        drawn = {}
+        for name, x in out.items():
+            m = sizes[name]
+            if m <= n:
+                drawn[name] = x
+            else:
+                idx = torch.randperm(m, generator=gen)[:n].sort().values
+                drawn[name] = x[idx] if isinstance(x, torch.Tensor) else x[idx.numpy()]
+        tables.append(report(drawn))
+    return seed_spread(tables, ddof=0).xs("mean", axis=1, level=1)
 
 
 def seed_spread(tables: Mapping[Any, pd.DataFrame] | Iterable[pd.DataFrame],

@@ -1163,3 +1163,40 @@ def test_bootstrap_per_bin_sums_bin_float32_confidences_like_ece() -> None:
     # same bins, float64 sums of at most 21 terms in another order: below 1e-14
     for a, b in ((fast.low, slow.low), (fast.high, slow.high)):
         assert a == pytest.approx(b, abs=1e-12)
+
+
+def test_seed_interval_of_a_mean_and_of_a_welch_difference():
+    from scipy import stats
+
+    from calnotes.metrics import seed_interval
+
+    a, b = [0.30, 0.34, 0.32], [0.20, 0.27, 0.22]
+    one = seed_interval(a)
+    ref = stats.t.interval(0.95, 2, loc=np.mean(a), scale=stats.sem(a))
+    assert one.estimate == pytest.approx(np.mean(a)) and one.dof == 2
+    assert (one.low, one.high) == pytest.approx(ref, rel=1e-12)
+    diff = seed_interval(a, b, level=0.9)
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    se = math.sqrt(np.var(a, ddof=1) / 3 + np.var(b, ddof=1) / 3)
+    assert diff.estimate == pytest.approx(np.mean(a) - np.mean(b))
+    assert diff.estimate / se == pytest.approx(welch.statistic)
+    assert diff.dof == pytest.approx(welch.df)
+    half = stats.t.ppf(0.95, welch.df) * se
+    assert (diff.low, diff.high) == pytest.approx((diff.estimate - half, diff.estimate + half))
+    assert diff.excludes(0.0) == (diff.low > 0 or diff.high < 0)
+    assert seed_interval(b, a).estimate == pytest.approx(-diff.estimate)
+    assert f"{diff:.1f}".count("[") == 1
+    # identical seeds: a zero-width interval at the difference
+    same = seed_interval([1.0, 1.0], [0.5, 0.5])
+    assert (same.low, same.estimate, same.high) == (0.5, 0.5, 0.5) and same.excludes(0.0)
+
+
+def test_seed_interval_rejects_fewer_than_two_seeds_and_bad_levels():
+    from calnotes.metrics import seed_interval
+
+    with pytest.raises(ValueError, match="a must hold at least 2"):
+        seed_interval([0.1])
+    with pytest.raises(ValueError, match="b must hold at least 2"):
+        seed_interval([0.1, 0.2], [float("nan"), 0.1])
+    with pytest.raises(ValueError, match="level"):
+        seed_interval([0.1, 0.2], level=1.0)

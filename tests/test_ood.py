@@ -444,3 +444,46 @@ def test_seed_spread_is_mean_and_sample_std_cell_by_cell():
         seed_spread({})
     with pytest.raises(TypeError, match="must be a DataFrame"):
         seed_spread([tables[0], "x"])
+
+
+def test_mean_over_draws_averages_the_report_over_draws_of_n_samples():
+    from calnotes.ood import mean_over_draws, score_report
+
+    gen = torch.Generator().manual_seed(0)
+    z_in = torch.randn(300, 5, generator=gen) * 3
+    z_out = {"big": torch.randn(500, 5, generator=gen), "small": torch.randn(40, 5, generator=gen)}
+    seen = []
+
+    def report(drawn):
+        seen.append({k: v.clone() for k, v in drawn.items()})
+        return score_report(z_in, drawn, "msp")
+
+    table = mean_over_draws(report, z_out, n=100, draws=3, seed=7)
+    assert len(seen) == 3
+    for d, drawn in enumerate(seen):
+        assert drawn["big"].shape == (100, 5) and torch.equal(drawn["small"], z_out["small"])
+        # draw d is randperm of a generator seeded with seed + d, the rows kept in order
+        idx = torch.randperm(500, generator=torch.Generator().manual_seed(7 + d))[:100]
+        assert torch.equal(drawn["big"], z_out["big"][idx.sort().values])
+    manual = sum(score_report(z_in, drawn, "msp") for drawn in seen) / 3
+    pd.testing.assert_frame_equal(table, manual, check_exact=False, rtol=1e-12)
+    assert list(table.columns) == list(manual.columns)
+    # the same draws for numpy arrays of the same size, and for any other set of that size
+    np_table = mean_over_draws(lambda d: score_report(z_in, d, "msp"),
+                               {k: v.numpy() for k, v in z_out.items()}, n=100, draws=3, seed=7)
+    pd.testing.assert_frame_equal(np_table, table, check_exact=False, rtol=1e-12)
+
+
+def test_mean_over_draws_rejects_bad_arguments():
+    from calnotes.ood import mean_over_draws, score_report
+
+    z = {"a": torch.randn(10, 3)}
+    rep = lambda d: score_report(torch.randn(10, 3), d)  # noqa: E731
+    with pytest.raises(TypeError, match="report"):
+        mean_over_draws("msp", z, 5, 2)
+    with pytest.raises(ValueError, match="out"):
+        mean_over_draws(rep, {}, 5, 2)
+    with pytest.raises(ValueError, match="n must"):
+        mean_over_draws(rep, z, 0, 2)
+    with pytest.raises(ValueError, match="draws must"):
+        mean_over_draws(rep, z, 5, 0)
