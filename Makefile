@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 data: setup
-	$(PY) -m calnotes.data fetch mnist fashion_mnist
+	$(PY) -m calnotes.data fetch mnist fashion_mnist animals letters
 
 test: test-unit test-chapters
 

@@ -1,5 +1,6 @@
-"""Atomic file writes and an exclusive file lock.
+"""SHA-256 digests, atomic file writes and an exclusive file lock.
 
+:func:`sha256_bytes` and :func:`sha256_file`: hex SHA-256 of bytes or of a file's contents.
 :func:`atomic_write`: a reader sees the old file or the new one, never a partial one.
 :func:`file_lock`: an exclusive ``fcntl.flock`` on a lock file (Linux/POSIX); the kernel
 releases it when its holder exits, also when the holder is killed.
@@ -10,11 +11,29 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+#: Bytes read at a time by :func:`sha256_file`.
+_CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of the file at ``path``, read in chunks (never whole in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -28,7 +47,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file next to ``path``, flush it to disk, then
-    ``os.replace`` it into place (atomic on POSIX within one file system)."""
+    ``os.replace`` it into place (atomic on POSIX within one file system) and flush the
+    parent folder, so that the rename itself survives a crash."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -42,6 +62,7 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager

@@ -11,10 +11,13 @@ Every calibrator is fitted on a held-out validation split and then applied to ne
   (temperature, vector, matrix and Platt scaling); the binning methods raise
   ``NotImplementedError``.
 
-numpy in gives numpy out; a torch tensor in gives a tensor out on the same device, in the
-input's floating dtype (float16/bfloat16 are promoted to float32). The parametric methods
-fit in float64 on the logits' device; the binning methods work in float64 numpy on the
-CPU (they are cheap and sklearn's isotonic regression is CPU only).
+numpy in gives numpy out; a torch tensor in gives a tensor out on the same device. Every
+calibrator computes in float64 (the parametric methods on the logits' device, the binning
+methods in numpy on the CPU: they are cheap and sklearn's isotonic regression is CPU only)
+and returns float64, whatever the input's floating dtype (float32 on MPS, which has no
+float64). The binning methods output ratios such as 2/3 or 4/5 that often sit exactly on a
+bin edge m/M of the metrics; rounded to float32 they would land on either side of it, and
+a metric such as the MCE would then depend on the dtype of the logits.
 
 A fitted calibrator is saved as JSON and read back without unpickling anything::
 
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from scipy.special import gammaln
@@ -150,11 +154,12 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
 
 
 def _out_dtype(t: torch.Tensor) -> torch.dtype:
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+    """float64, the precision of the work; float32 on MPS (no float64 there)."""
+    return torch.float32 if t.device.type == "mps" else torch.float64
 
 
 def _finish(result: torch.Tensor, like: torch.Tensor, numpy_out: bool) -> ArrayLike:
-    """Cast a float64 result back to the caller's device/dtype (or to numpy)."""
+    """A float64 result on the caller's device (or as numpy), whatever the input's dtype."""
     out = result.detach().to(dtype=_out_dtype(like))
     return like_input(out if numpy_out else out.to(like.device), numpy_out)
 
@@ -887,7 +892,10 @@ class BBQ(_BinaryCoreCalibrator):
     with ``alpha_b = N' p_b / B``, ``beta_b = N' (1 - p_b) / B``, ``p_b`` the bin's midpoint,
     ``m_b`` / ``n_b`` its positives / negatives and ``N' = prior_strength`` (2 in the paper).
     A bin predicts its posterior mean ``(m_b + alpha_b) / (N_b + N' / B)`` and BBQ the
-    average of the models' predictions weighted by ``P(D | M)`` (uniform model prior).
+    average of the models' predictions weighted by their posterior
+    :math:`P(M \mid D) = P(D \mid M) / \sum_{M'} P(D \mid M')` (a uniform prior over the
+    models cancels); :meth:`posterior` lists it. An empty bin would contribute 0 to the
+    log score and predict its prior mean ``p_b``; equal-frequency bins are never empty.
 
     ``n_bins``: the bin counts to use. Default: every B from
     ``max(1, floor(N^(1/3) / spread))`` to ``min(ceil(spread * N^(1/3)), max(1, N // 5))``
@@ -908,6 +916,23 @@ class BBQ(_BinaryCoreCalibrator):
         self.n_bins = n_bins
         self.spread = check_positive_float(spread, "spread")
         self.prior_strength = check_positive_float(prior_strength, "prior_strength")
+
+    def posterior(self, core: int = 0) -> pd.DataFrame:
+        r"""The posterior over binning schemes of one binary problem, most probable first.
+
+        One row per binning: ``n_bins`` (its number of bins) and ``posterior``,
+        :math:`P(M \mid D)`; the posteriors sum to 1. ``core`` is the class of a
+        one-vs-all fit (0, the only one, for a binary fit).
+        """
+        self._check_fitted()
+        core = check_positive_int(core, "core", minimum=0)
+        if core >= len(self.cores_):
+            raise ValueError(f"core must be below {len(self.cores_)} for this fit, got {core}")
+        weights, models = self.cores_[core]
+        frame = pd.DataFrame({"n_bins": [len(edges) - 1 for edges, _ in models],
+                              "posterior": weights})
+        return frame.sort_values("posterior", ascending=False, kind="stable",
+                                 ignore_index=True)
 
     def bin_counts(self, n: int) -> list[int]:
         """The numbers of bins B used for ``n`` validation scores."""

@@ -7,6 +7,7 @@
     cmp.probs["temperature"]     # calibrated test probabilities (N, C)
     cmp.relative_change()        # (method - uncalibrated) / uncalibrated, for ece and mce
     cmp.bootstrap()              # test-set noise of each ECE and of its gap to temperature
+    cmp.interval("isotonic", "ece", reference="uncalibrated", relative=True)  # 95% interval
     table1({"MNIST, LeNet-5": cmp, ...})        # Guo et al.'s Table 1 layout
     compare_with_sklearn(val_logits, val_labels, test_logits, test_labels)   # binary only
 
@@ -14,6 +15,12 @@ The first row of every table is the uncalibrated model, ``softmax(test_logits)``
 names are the keys of :data:`calnotes.calibrators.CALIBRATORS`; :data:`LABELS` gives the
 names Guo et al. print. Metrics are fractions (multiply by 100 for percent) computed by
 :func:`calnotes.metrics.calibration_report` with ``n_bins`` equal-width bins.
+
+Every probability of a comparison, the uncalibrated softmax included, is float64 (float32
+on MPS): float32 logits are widened exactly, so a comparison of float32 logits and one of
+the same logits as float64 are the same computation and give the same table. (Rounded to
+float32, the step values of the binning methods, ratios such as 2/3, land on either side
+of a bin edge such as 10/15, and the MCE of a sparse bin moves with them.)
 """
 
 from __future__ import annotations
@@ -109,6 +116,31 @@ class CalibrationComparison:
         out.index.name = "method"
         return out
 
+    def interval(
+        self, method: str, metric: str = "ece", reference: str | None = None, *,
+        relative: bool = False, n_boot: int = 1000, level: float = 0.95, seed: int = 0,
+    ) -> metrics.BootstrapInterval:
+        """Percentile bootstrap interval over the test samples of ``method``'s ``metric``
+        (one of :data:`TABLE_METRICS`, binned metrics with this comparison's ``n_bins``).
+
+        With ``reference`` (another row, e.g. :data:`UNCALIBRATED`) the interval is that of
+        the paired difference ``metric(method) - metric(reference)``, or with
+        ``relative=True`` of ``(metric(method) - metric(reference)) / metric(reference)``,
+        as in :meth:`relative_change`. See :func:`calnotes.metrics.bootstrap_interval`;
+        the calibrators are not refitted.
+        """
+        if self.labels is None:
+            raise ValueError("this comparison holds no test labels; use compare_calibrators")
+        for name, value in (("method", method), ("reference", reference)):
+            if value is not None and value not in self.probs:
+                raise ValueError(f"{name} must be one of {list(self.probs)}, got {value!r}")
+        if metric not in TABLE_METRICS:
+            raise ValueError(f"metric must be one of {TABLE_METRICS}, got {metric!r}")
+        return metrics.bootstrap_interval(
+            metric, self.probs[method], self.labels,
+            None if reference is None else self.probs[reference], relative=relative,
+            n_bins=self.n_bins, n_boot=n_boot, level=level, seed=seed)
+
     def relative_change(self, columns: Sequence[str] = ("ece", "mce")) -> pd.DataFrame:
         """``(value - uncalibrated) / uncalibrated`` per method (rows) and metric (columns).
 
@@ -142,6 +174,14 @@ def _check_methods(methods: Any) -> list[str]:
     return names
 
 
+def _widened(z: torch.Tensor, from_numpy: bool) -> ArrayLike:
+    """Checked logits as float64 (exact from float16/32), in the kind the caller passed
+    (numpy or a tensor on its device; MPS tensors stay float32, MPS has no float64)."""
+    if from_numpy:
+        return z.numpy().astype(np.float64, copy=False)
+    return z if z.device.type == "mps" else z.to(torch.float64)
+
+
 def compare_calibrators(
     val_logits: ArrayLike,
     val_labels: ArrayLike,
@@ -156,7 +196,8 @@ def compare_calibrators(
 
     ``options`` maps a method name to keyword arguments of its constructor, e.g.
     ``{"matrix": {"reg": 1e-2}}``. Validation and test logits must have the same number of
-    classes. numpy logits give numpy probabilities, tensors give tensors.
+    classes. numpy logits give numpy probabilities, tensors give tensors; all of them
+    float64 (float32 on MPS), computed from the logits widened to float64.
     """
     names = _check_methods(methods)
     n_bins = check_positive_int(n_bins, "n_bins")
@@ -166,8 +207,8 @@ def compare_calibrators(
     stray = sorted(set(options) - set(names))
     if stray:
         raise ValueError(f"options given for {stray}, which are not in methods {names}")
-    zv, _ = check_logits(val_logits, "val_logits")
-    zt, _ = check_logits(test_logits, "test_logits")
+    zv, val_numpy = check_logits(val_logits, "val_logits")
+    zt, test_numpy = check_logits(test_logits, "test_logits")
     if zv.shape[1] != zt.shape[1]:
         raise ValueError(
             f"val_logits has {zv.shape[1]} classes but test_logits has {zt.shape[1]}"
@@ -175,6 +216,7 @@ def compare_calibrators(
     check_labels(val_labels, zv.shape[0], zv.shape[1], "val_labels")
     check_labels(test_labels, zt.shape[0], zt.shape[1], "test_labels")
 
+    val_logits, test_logits = _widened(zv, val_numpy), _widened(zt, test_numpy)
     probs: dict[str, ArrayLike] = {UNCALIBRATED: metrics.probs_from_logits(test_logits)}
     fitted: dict[str, Calibrator] = {}
     for name in names:

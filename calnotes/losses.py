@@ -114,10 +114,11 @@ def focal_loss(
     """Mean focal loss ``-(1 - p_y)^gamma log p_y``; ``gamma`` a number or an ``(N,)`` tensor.
 
     ``log p_y`` comes from ``log_softmax`` and ``1 - p_y = -expm1(log p_y)`` keeps full
-    precision as ``p_y -> 1``. The base ``1 - p_y`` is clamped at the smallest normal float,
-    so ``d/dx x^gamma`` stays finite for ``gamma in (0, 1)`` when ``p_y`` rounds to 1 (the
-    clamp passes no gradient there, and the loss is 0 up to ``tiny^gamma * log p_y``).
-    A scalar ``gamma == 0`` returns ``F.cross_entropy`` itself.
+    precision as ``p_y -> 1``. A sample with ``1 - p_y`` below the dtype's machine epsilon
+    adds exactly 0 (its true term is below ``eps * eps^gamma``) and passes no gradient: there
+    ``x^gamma``'s derivatives ``gamma x^(gamma-1)`` and ``x^(gamma-2)`` overflow for
+    ``gamma < 1``, and a gamma-Net's hypergradient (a second derivative) would turn them into
+    NaN. A scalar ``gamma == 0`` returns ``F.cross_entropy`` itself.
     """
     check_batch(logits, labels)
     if isinstance(gamma, torch.Tensor):
@@ -139,8 +140,10 @@ def focal_loss(
         if gamma == 0.0:
             return F.cross_entropy(logits, labels)
     log_py = _true_class_log_prob(logits, labels)
-    one_minus = (-torch.expm1(log_py)).clamp_min(torch.finfo(log_py.dtype).tiny)
-    return -(one_minus.pow(gamma) * log_py).mean()
+    one_minus = -torch.expm1(log_py)
+    saturated = one_minus < torch.finfo(log_py.dtype).eps
+    weight = torch.where(saturated, 1.0, one_minus).pow(gamma)  # finite derivatives
+    return -(torch.where(saturated, 0.0, weight) * log_py).mean()
 
 
 class FocalLoss(nn.Module):

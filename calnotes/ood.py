@@ -10,8 +10,11 @@ device, or numpy): :func:`msp`, :func:`max_logit`, :func:`energy`; :func:`odin` 
 
 Metrics take ``scores_in`` and ``scores_out`` (1-d, finite, non-empty) and return floats:
 :func:`auroc`, :func:`aupr_in`, :func:`aupr_out`, :func:`fpr_at_tpr`; :func:`ood_report`
-tabulates them for several OOD sets, and :func:`score_report` does so for a named score
-computed from logits.
+tabulates them for several OOD sets, :func:`score_report` does so for a named score
+computed from logits (optionally divided by a temperature, e.g. the one temperature
+scaling fitted), :func:`score_table` for several scores at once, :func:`mean_over_draws`
+averages any such table over random draws of a fixed number of OOD samples, and
+:func:`seed_spread` gives the mean and standard deviation of such tables over seeds.
 
 OOD images as data are in :mod:`calnotes.data.ood_sets` (:func:`calnotes.data.ood_images`);
 a stored run's logits on them come from :func:`calnotes.runs.ood.run_ood_logits`.
@@ -20,7 +23,7 @@ a stored run's logits on them come from :func:`calnotes.runs.ood.run_ood_logits`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,7 @@ from calnotes._checks import (
     as_tensor,
     check_logits,
     check_positive_float,
+    check_positive_int,
     like_input,
     model_device,
 )
@@ -47,11 +51,15 @@ __all__ = [
     "energy",
     "fpr_at_tpr",
     "max_logit",
+    "mean_over_draws",
     "msp",
     "odin",
+    "odin_logits",
     "odin_scores",
     "ood_report",
     "score_report",
+    "score_table",
+    "seed_spread",
 ]
 
 
@@ -97,10 +105,10 @@ def _check_epsilon(epsilon: Any) -> float:
     return epsilon
 
 
-def _odin_batch(
+def _odin_perturbed_logits(
     model: nn.Module, x: torch.Tensor, temperature: float, epsilon: float
 ) -> torch.Tensor:
-    """ODIN scores of one batch (inputs already validated)."""
+    """Logits ``f(x~)`` of ODIN's perturbed batch (inputs already validated)."""
     if epsilon > 0:
         x_in = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():
@@ -111,7 +119,15 @@ def _odin_batch(
     else:
         x_tilde = x.detach()
     with torch.no_grad():
-        return F.softmax(model(x_tilde) / temperature, dim=1).amax(dim=1)
+        return model(x_tilde)
+
+
+def _odin_batch(
+    model: nn.Module, x: torch.Tensor, temperature: float, epsilon: float
+) -> torch.Tensor:
+    """ODIN scores of one batch (inputs already validated)."""
+    return F.softmax(_odin_perturbed_logits(model, x, temperature, epsilon) / temperature,
+                     dim=1).amax(dim=1)
 
 
 def odin(
@@ -154,18 +170,40 @@ def odin_scores(
     ignored). Batches are moved to ``device`` (default: the model's device).
     """
     temperature = check_positive_float(temperature, "temperature")
+    return F.softmax(odin_logits(model, loader, temperature, epsilon, device) / temperature,
+                     dim=1).amax(dim=1)
+
+
+def odin_logits(
+    model: nn.Module,
+    loader: Iterable[Any],
+    temperature: float = 1000.0,
+    epsilon: float = 0.0014,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The logits ``f(x~)`` of ODIN's perturbed inputs over every batch of ``loader``, as one
+    CPU tensor (N, C); the ODIN score is ``msp(f(x~) / temperature)``.
+
+    Keeping the logits lets the score be recomputed (and stored) without the model. Batches
+    are read as in :func:`odin_scores`. ``temperature`` enters through the perturbation's
+    direction, so logits of one temperature do not give the scores of another.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    temperature = check_positive_float(temperature, "temperature")
     epsilon = _check_epsilon(epsilon)
     target = torch.device(device) if device is not None else model_device(model)
-    scores = []
+    out = []
     for batch in loader:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         xt, _ = as_tensor(x, "batch inputs")
-        batch_scores = odin(model, xt.to(target), temperature, epsilon)
-        assert isinstance(batch_scores, torch.Tensor)  # a tensor in gives a tensor out
-        scores.append(batch_scores.cpu())
-    if not scores:
+        if not torch.is_floating_point(xt) or xt.ndim < 2 or xt.shape[0] == 0:
+            raise ValueError(f"batch inputs must be a non-empty float batch (N, ...), got "
+                             f"{xt.dtype} {tuple(xt.shape)}")
+        out.append(_odin_perturbed_logits(model, xt.to(target), temperature, epsilon).cpu())
+    if not out:
         raise ValueError("loader yielded no batches")
-    return torch.cat(scores)
+    return torch.cat(out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,12 +299,38 @@ def fpr_at_tpr(scores_in: ArrayLike, scores_out: ArrayLike, tpr: float = 0.95) -
     return float(np.mean(s_out >= threshold))
 
 
+def _check_averages(averages: Any, names: Iterable[str]) -> dict[str, list[str]]:
+    if averages is None:
+        return {"average": list(names)}
+    if not isinstance(averages, Mapping) or not averages:
+        raise TypeError("averages must be a non-empty mapping row name -> OOD set names")
+    known = list(names)
+    out = {}
+    for row, members in averages.items():
+        if not isinstance(row, str) or row in known:
+            raise ValueError(f"averages: row name {row!r} must be a str that is no OOD set")
+        if isinstance(members, str) or not isinstance(members, Iterable):
+            raise TypeError(f"averages[{row!r}] must be a list of OOD set names")
+        members = list(members)
+        unknown = [m for m in members if m not in known]
+        if not members or unknown:
+            raise ValueError(f"averages[{row!r}] must name OOD sets of {known}, got {members}")
+        out[row] = members
+    return out
+
+
 def ood_report(
-    scores_in: ArrayLike, scores_out: Mapping[str, ArrayLike], tpr: float = 0.95
+    scores_in: ArrayLike,
+    scores_out: Mapping[str, ArrayLike],
+    tpr: float = 0.95,
+    averages: Mapping[str, Iterable[str]] | None = None,
 ) -> pd.DataFrame:
     """One row per OOD set plus ``"average"`` (the mean of the rows) with the four metrics.
 
     Columns: ``auroc``, ``aupr_in``, ``aupr_out`` and ``fpr@{100 tpr}tpr`` (e.g. ``fpr@95tpr``).
+    ``averages`` replaces the ``"average"`` row by one row per entry, the mean over the
+    sets it names, e.g. ``{"average (images)": ["mnist", "animals"], "average (noise)":
+    ["gaussian", "uniform"]}`` to report noise sets apart.
     """
     tpr = _check_tpr(tpr)
     if not isinstance(scores_out, Mapping):
@@ -277,6 +341,7 @@ def ood_report(
         raise ValueError("scores_out is empty: give at least one OOD set")
     if "average" in scores_out:
         raise ValueError("scores_out may not contain an OOD set named 'average'")
+    groups = _check_averages(averages, (str(k) for k in scores_out))
     s_in = _scores(scores_in, "scores_in")
     fpr_col = f"fpr@{100 * tpr:g}tpr"
     rows = {}
@@ -289,7 +354,9 @@ def ood_report(
             fpr_col: fpr_at_tpr(s_in, s_out, tpr),
         }
     table = pd.DataFrame.from_dict(rows, orient="index")
-    table.loc["average"] = table.mean(axis=0)
+    means = {row: table.loc[members].mean(axis=0) for row, members in groups.items()}
+    for row, mean in means.items():
+        table.loc[row] = mean
     table.index.name = "ood_set"
     return table
 
@@ -307,14 +374,20 @@ def score_report(
     logits_out: Mapping[str, ArrayLike],
     score: str = "msp",
     tpr: float = 0.95,
+    temperature: float = 1.0,
+    averages: Mapping[str, Iterable[str]] | None = None,
 ) -> pd.DataFrame:
-    """:func:`ood_report` of the score ``score`` (a name of :data:`SCORES`).
+    """:func:`ood_report` of the score ``score`` (a name of :data:`SCORES`) of the logits
+    divided by ``temperature``.
 
     The score is computed in float64 from the in-distribution logits ``(N, C)`` and from
     each OOD set's logits, so float32 rounding (an MSP of exactly 1.0) creates no ties.
+    ``temperature`` is e.g. the one temperature scaling fitted on validation data: it
+    reorders the MSP and the energy of different inputs, not the max logit.
     """
     if not isinstance(score, str) or score not in SCORES:
         raise ValueError(f"score must be one of {sorted(SCORES)}, got {score!r}")
+    temperature = check_positive_float(temperature, "temperature")
     if not isinstance(logits_out, Mapping):
         raise TypeError(
             f"logits_out must be a mapping name -> logits, got {type(logits_out).__name__}"
@@ -325,10 +398,109 @@ def score_report(
         t, _ = as_tensor(z, name)
         if not torch.is_floating_point(t):
             raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")
-        return fn(t.detach().cpu().double())
+        return fn(t.detach().cpu().double() / temperature)
 
     return ood_report(
         scores(logits_in, "logits_in"),
         {k: scores(v, f"logits_out[{k!r}]") for k, v in logits_out.items()},
         tpr=tpr,
+        averages=averages,
     )
+
+
+def score_table(
+    logits_in: ArrayLike,
+    logits_out: Mapping[str, ArrayLike],
+    scores: Iterable[str] = ("msp", "max_logit", "energy"),
+    temperatures: Mapping[str, float] | None = None,
+    tpr: float = 0.95,
+    averages: Mapping[str, Iterable[str]] | None = None,
+) -> pd.DataFrame:
+    """:func:`score_report` for every score of ``scores`` and every temperature of
+    ``temperatures`` (label -> T, default ``{"raw": 1.0}``, e.g. ``{"raw": 1.0, "TS":
+    t_fitted}``), stacked with the index levels ``("temperature", "score", "ood_set")``."""
+    temps = {"raw": 1.0} if temperatures is None else temperatures
+    if not isinstance(temps, Mapping) or not temps:
+        raise TypeError("temperatures must be a non-empty mapping label -> temperature")
+    if isinstance(scores, str):
+        raise TypeError("scores must be a list of score names, not a str")
+    names = list(scores)
+    if not names:
+        raise ValueError("scores is empty")
+    parts = {(label, score): score_report(logits_in, logits_out, score, tpr, t, averages)
+             for label, t in temps.items() for score in names}
+    return pd.concat(parts, names=["temperature", "score"])
+
+
+def mean_over_draws(
+    report: Callable[[dict[str, Any]], pd.DataFrame],
+    out: Mapping[str, Any],
+    n: int,
+    draws: int,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The mean of ``report(drawn)`` over ``draws`` random draws of the OOD sets ``out``.
+
+    Each draw takes ``n`` rows of every set of ``out`` (name -> logits or scores, first
+    dimension = samples) without replacement; a set of at most ``n`` rows is used whole in
+    every draw. Draw ``d`` of a set of ``m`` rows is ``randperm(m)`` of a generator seeded
+    with ``seed + d``, so it picks the same samples from every array of ``m`` rows (e.g. the
+    plain and the ODIN logits of one set), whatever the model. This is the LogitNorm code's
+    protocol (ten draws of 2,000 OOD images, the metrics averaged). ``report`` returns a
+    numeric table of the same shape for every draw (e.g. :func:`score_report` of fixed ID
+    logits); the result is their cell-wise mean.
+    """
+    if not callable(report):
+        raise TypeError(f"report must be callable, got {type(report).__name__}")
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError("out must be a non-empty mapping name -> logits or scores")
+    n = check_positive_int(n, "n")
+    draws = check_positive_int(draws, "draws")
+    seed = check_positive_int(seed, "seed", minimum=0)
+    sizes = {name: int(len(x)) for name, x in out.items()}
+    tables = []
+    for d in range(draws):
+        gen = torch.Generator().manual_seed(seed + d)
+        drawn = {}
+        for name, x in out.items():
+            m = sizes[name]
+            if m <= n:
+                drawn[name] = x
+            else:
+                idx = torch.randperm(m, generator=gen)[:n].sort().values
+                drawn[name] = x[idx] if isinstance(x, torch.Tensor) else x[idx.numpy()]
+        tables.append(report(drawn))
+    return seed_spread(tables, ddof=0).xs("mean", axis=1, level=1)
+
+
+def seed_spread(tables: Mapping[Any, pd.DataFrame] | Iterable[pd.DataFrame],
+                ddof: int = 1) -> pd.DataFrame:
+    """Mean and standard deviation, cell by cell, of tables of the same shape (one per seed).
+
+    Every table must have the same index and columns (numbers). Returns a table with the
+    same index and the columns ``(column, "mean")``, ``(column, "std")``; ``std`` is the
+    sample standard deviation (``ddof=1``), NaN for a single table. The column ``n`` holds
+    the number of tables.
+    """
+    items = list(tables.items()) if isinstance(tables, Mapping) else list(enumerate(tables))
+    if not items:
+        raise ValueError("tables is empty: give one table per seed")
+    if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
+        raise ValueError(f"ddof must be an int >= 0, got {ddof!r}")
+    first_key, first = items[0]
+    for key, table in items:
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"tables[{key!r}] must be a DataFrame, got {type(table).__name__}")
+        if not (table.index.equals(first.index) and table.columns.equals(first.columns)):
+            raise ValueError(f"tables[{key!r}] does not have the index and columns of "
+                             f"tables[{first_key!r}]")
+    stack = np.stack([t.to_numpy(dtype=np.float64) for _, t in items])
+    mean = stack.mean(axis=0)
+    std = (stack.std(axis=0, ddof=ddof) if len(items) > ddof
+           else np.full_like(mean, np.nan))
+    columns = pd.MultiIndex.from_tuples(
+        [(c, stat) for c in first.columns for stat in ("mean", "std")])
+    values = np.stack([mean, std], axis=2).reshape(len(first.index), -1)
+    out = pd.DataFrame(values, index=first.index, columns=columns)
+    out[("n", "")] = len(items)
+    return out

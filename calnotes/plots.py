@@ -178,3 +178,68 @@ def metric_curves(
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return ax
+
+
+def _curve(values: Any, name: str, n: int | None = None) -> np.ndarray:
+    """A finite 1-d float64 array, of length ``n`` unless ``n`` is None."""
+    try:
+        arr = np.asarray(_numpy(values), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must hold numbers") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-d sequence, got shape {arr.shape}")
+    if n is not None and arr.size != n:
+        raise ValueError(f"{name} has {arr.size} values but epochs has {n}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def error_and_nll(
+    epochs: Any,
+    error: Any,
+    nll: Any,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    marks: Sequence[float] = (),
+    error_label: str = "error (%)",
+    nll_label: str = "NLL",
+    legend: bool = True,
+) -> tuple[Axes, Axes]:
+    """Guo et al.'s Figure 3: the error and the NLL over training, each on its own y axis.
+
+    The error (solid, left axis) and the NLL (dashed, right axis, a twin of ``ax``) each
+    get an axis scaled to their own range, so a rise of the NLL by a few percent of its
+    value stays visible beside an error in percent; each axis label has its curve's color.
+    A dot marks the NLL's minimum; ``marks`` are epochs drawn as dotted vertical lines
+    (for example the first epoch at each lower learning rate). The legend (``legend=True``)
+    sits above the axes, outside the plotting area, so it covers no curve. Returns
+    ``(ax, nll_ax)``.
+    """
+    x = _curve(epochs, "epochs")
+    err, loss = _curve(error, "error", x.size), _curve(nll, "nll", x.size)
+    ax = _axes(ax, figsize=(6.0, 3.5))
+    nll_ax = ax.twinx()
+    ax.plot(x, err, color="C0", label=error_label)
+    nll_ax.plot(x, loss, color="C1", linestyle="--", label=nll_label)
+    best = int(np.argmin(loss))
+    nll_ax.plot(x[best], loss[best], "o", color="C1", label=f"{nll_label} minimum")
+    for epoch in marks:
+        ax.axvline(float(epoch), color="gray", linestyle=":", linewidth=1)
+    for axis, values in ((ax, err), (nll_ax, loss)):
+        span = float(values.max() - values.min()) or max(abs(float(values.max())), 1.0) * 0.1
+        axis.set_ylim(float(values.min()) - 0.08 * span, float(values.max()) + 0.08 * span)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(error_label, color="C0")
+    nll_ax.set_ylabel(nll_label, color="C1")
+    ax.tick_params(axis="y", colors="C0")
+    nll_ax.tick_params(axis="y", colors="C1")
+    nll_ax.grid(False)
+    handles = ax.get_lines()[:1] + nll_ax.get_lines()
+    if legend:
+        ax.legend(handles, [str(h.get_label()) for h in handles], loc="lower center",
+                  bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, pad=22 if legend else None)
+    return ax, nll_ax

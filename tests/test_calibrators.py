@@ -98,8 +98,8 @@ def test_temperature_keeps_argmax() -> None:
 def test_temperature_one_is_identity() -> None:
     z = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
     ts = TemperatureScaling.with_temperature(1.0, n_classes=4)
-    assert torch.equal(ts.transform(z), z)
-    torch.testing.assert_close(ts.predict_proba(z), torch.softmax(z, dim=1))
+    assert torch.equal(ts.transform(z), z.double())  # float32 widens exactly
+    torch.testing.assert_close(ts.predict_proba(z), torch.softmax(z.double(), dim=1))
 
 
 @settings(max_examples=60, deadline=None)
@@ -151,7 +151,8 @@ def test_temperature_finite_on_uniform_targets() -> None:
     # constant logits: every temperature gives the uniform distribution
     flat = TemperatureScaling().fit(torch.zeros(100, 3), torch.arange(100) % 3)
     assert math.isfinite(flat.temperature_)
-    torch.testing.assert_close(flat.predict_proba(torch.zeros(2, 3)), torch.full((2, 3), 1 / 3))
+    torch.testing.assert_close(flat.predict_proba(torch.zeros(2, 3)),
+                               torch.full((2, 3), 1 / 3, dtype=torch.float64))
 
 
 def test_temperature_ece_selection_near_nll_fit() -> None:
@@ -242,6 +243,23 @@ def test_bbq_hand_computed() -> None:
     np.testing.assert_allclose(models[1][1], [1 / 12, 11 / 12], rtol=1e-12)
     np.testing.assert_allclose(bbq.predict_scores(np.array([0.1, 0.5, 0.9])),
                                [1614.5 / 14254, 1614.5 / 14254, 12639.5 / 14254], rtol=1e-12)
+
+
+def test_bbq_posterior_lists_the_weights_of_its_binnings() -> None:
+    s = np.array([0.1, 0.2, 0.8, 0.9])
+    t = np.array([0, 0, 1, 1])
+    post = BBQ(n_bins=(1, 2)).fit_scores(s, t).posterior()
+    # the hand-computed weights of the test above, most probable first
+    assert list(post.columns) == ["n_bins", "posterior"] and list(post["n_bins"]) == [2, 1]
+    np.testing.assert_allclose(post["posterior"], [13230 / 14254, 1024 / 14254], rtol=1e-12)
+    z, y = _overconfident(600, 3, seed=29)
+    ova = BBQ().fit(z, y)
+    for k in range(3):
+        assert ova.posterior(k)["posterior"].sum() == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="core must be below 3"):
+        ova.posterior(3)
+    with pytest.raises(NotFittedError):
+        BBQ().posterior()
 
 
 def test_bbq_with_saturated_scores_is_finite() -> None:
@@ -457,17 +475,49 @@ def test_numpy_in_numpy_out_torch_in_torch_out(name: str) -> None:
     p_np = from_np.predict_proba(z)
     assert isinstance(p_np, np.ndarray) and p_np.dtype == np.float64 and p_np.shape == (600, 3)
     p32 = from_np.predict_proba(z.astype(np.float32))
-    assert isinstance(p32, np.ndarray) and p32.dtype == np.float32
+    assert isinstance(p32, np.ndarray) and p32.dtype == np.float64  # the precision of the work
     zt, yt = torch.from_numpy(z), torch.from_numpy(y)
     from_t = CALIBRATORS[name]().fit(zt, yt)
     p_t = from_t.predict_proba(zt)
     assert isinstance(p_t, torch.Tensor) and p_t.dtype == torch.float64
     np.testing.assert_allclose(p_t.numpy(), p_np, atol=1e-10)
     p_half = from_t.predict_proba(zt.to(torch.float16))
-    assert p_half.dtype == torch.float32
+    assert p_half.dtype == torch.float64
     # mixed: torch logits with numpy labels
     mixed = CALIBRATORS[name]().fit(zt.float(), y).predict_proba(zt.float())
-    assert isinstance(mixed, torch.Tensor) and mixed.dtype == torch.float32
+    assert isinstance(mixed, torch.Tensor) and mixed.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", list(CALIBRATORS))
+def test_output_does_not_depend_on_the_input_dtype(name: str) -> None:
+    """float32 logits and the same logits as float64 give the same float64 output.
+
+    Widening float32 to float64 is exact, and every calibrator then runs the same float64
+    operations on the same numbers, so the outputs are equal bit for bit (like with like:
+    same process, same thread count). Before, the float32 input got its output rounded to
+    float32, which moves a binning method's step value (a ratio such as 1/3) off the
+    float64 one.
+    """
+    z, y = _overconfident(600, 3, seed=23)
+    z32 = torch.from_numpy(z).float()
+    cal32 = CALIBRATORS[name]().fit(z32, torch.from_numpy(y))
+    cal64 = CALIBRATORS[name]().fit(z32.double(), torch.from_numpy(y))
+    q32, q64 = cal32.predict_proba(z32), cal64.predict_proba(z32.double())
+    assert q32.dtype == q64.dtype == torch.float64
+    assert torch.equal(q32, q64)
+    if name in ("temperature", "vector", "matrix", "platt"):
+        assert torch.equal(cal32.transform(z32), cal64.transform(z32.double()))
+
+
+def test_isotonic_step_values_are_not_rounded_to_float32() -> None:
+    """A step of isotonic regression at 1/3 on float32 logits: the output is float64 1/3."""
+    # p = softmax(z)_1 rises with s = z_1 - z_0; the three lowest scores pool to 1/3
+    s = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0], dtype=np.float32)
+    z = np.stack([np.zeros_like(s), s], axis=1)
+    y = np.array([1, 0, 0, 1, 1, 1])
+    q = IsotonicCalibration().fit(z, y).predict_proba(z)
+    assert q.dtype == np.float64
+    np.testing.assert_array_equal(q[:3, 1], np.full(3, 1 / 3))  # PAV: (1 + 0 + 0) / 3
 
 
 def test_scores_api_numpy_and_torch() -> None:
@@ -478,7 +528,10 @@ def test_scores_api_numpy_and_torch() -> None:
         b = cls().fit_scores(torch.from_numpy(s).float(), torch.from_numpy(t).bool())
         q = b.predict_scores(torch.from_numpy(s).float())
         assert isinstance(a, np.ndarray) and a.shape == (4,)
-        assert isinstance(q, torch.Tensor) and q.dtype == torch.float32
+        assert isinstance(q, torch.Tensor) and q.dtype == torch.float64
+        # the float32 scores differ from the float64 ones by rounding (< 3e-8); the maps
+        # here are step functions whose values do not change under so small a shift,
+        # BBQ's edges (midpoints of scores) move by as much, its values by far less
         np.testing.assert_allclose(q.numpy(), a, atol=1e-6)
 
 
@@ -489,7 +542,7 @@ def test_cuda_result_on_same_device(name: str) -> None:
     zc, yc = torch.from_numpy(z).cuda().float(), torch.from_numpy(y).cuda()
     cal = CALIBRATORS[name]().fit(zc, yc)
     p = cal.predict_proba(zc)
-    assert p.device == zc.device and p.dtype == torch.float32
+    assert p.device == zc.device and p.dtype == torch.float64
     ref = CALIBRATORS[name]().fit(z.astype(np.float32), y).predict_proba(z.astype(np.float32))
     np.testing.assert_allclose(p.cpu().numpy(), ref, atol=1e-4)
 

@@ -2,7 +2,8 @@
 
 Each rerun executes a whole chapter at SMOKE size with changed parameters (a minute or
 more each), so the tests are marked ``chapters``: ``make test-unit`` leaves them out and
-``make test-chapters`` runs them once, next to the SMOKE notebooks.
+``make test-reruns`` runs them (``make test-chapters`` runs each chapter at its own SMOKE
+parameters).
 """
 
 import json

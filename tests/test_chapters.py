@@ -136,7 +136,7 @@ def test_parameter_without_domain_or_outside_it_is_an_error():
         ("dataset", ["mnist", "fashion_mnist", "cifar10"], ["cifar11", "MNIST"]),
         ("model", ["lenet5", "resnet20", "wrn-16-4"], ["resnet10", "vgg16", 5]),
         ("device", ["auto", "cpu"], ["tpu", "", 0]),
-        ("ood set", ["mnist", "gaussian", "folder:/tmp/x"], ["noise"]),
+        ("ood set", ["mnist", "gaussian", "animals", "letters", "folder:/tmp/x"], ["noise"]),
         ("schedule", ["cosine", "step", "none"], ["linear"]),
         ("resnet depth", [8, 14, 110], [10, 2, 8.0]),
         ("list of positive int", [[1], [10, 15]], [[], [0], 5, [1.5]]),
@@ -227,3 +227,41 @@ def test_results_passes_each_parameter_to_the_chapters_that_take_it(monkeypatch,
 def test_run_with_an_empty_chapter_is_a_usage_error(name, capsys):
     assert chapters.main(["run", name]) == 2
     assert "chapter must be named; chapters are: 01_" in capsys.readouterr().err
+
+
+def _included_code(chapter_path):
+    """Per ``literalinclude`` of a chapter: its options and the code Sphinx would show."""
+    import re
+
+    code = pytest.importorskip("sphinx.directives.code")
+    from sphinx.config import Config
+
+    config = Config({}, {})
+    config.source_encoding = "utf-8"
+    blocks = re.findall(r"```\{literalinclude\} (\S+)\n((?::\S+: .*\n)*)```",
+                        chapter_path.read_text())
+    out = []
+    for target, option_text in blocks:
+        options = dict(re.findall(r"^:(\S+): (.*)$", option_text, flags=re.MULTILINE))
+        path = (chapter_path.parent / target).resolve()
+        text, _ = code.LiteralIncludeReader(str(path), options, config).read()
+        out.append((options, text))
+    return out
+
+
+def test_every_literalinclude_shows_code():
+    found = 0
+    for path in chapters.chapter_paths():
+        for options, text in _included_code(path):
+            found += 1
+            assert text.strip(), f"{path.name}: {options} shows nothing"
+    assert found >= 5
+
+
+def test_gamma_net_include_shows_the_signature_and_the_math_not_the_checks():
+    path = next(p for p in chapters.chapter_paths() if p.stem.startswith("05"))
+    (text,) = [t for o, t in _included_code(path) if o.get("pyobject") == "GammaNet.forward"]
+    lines = text.strip().splitlines()
+    assert lines[0].strip().startswith("def forward(self, features")
+    assert "softmax" in text and lines[-1].strip().startswith("return ")
+    assert "raise" not in text and "isinstance" not in text

@@ -1,12 +1,14 @@
 """tools/check_book.py in a real headless Chromium, on small pages with known problems.
 
-Skipped where Chromium (Debian package ``chromium``) or websocket-client is missing;
-``make check-book`` installs both before it runs on the built book.
+The browser tests are skipped where Chromium (Debian package ``chromium``) or
+websocket-client is missing; ``make check-book`` installs both before it runs on the built
+book.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     CHROMIUM is None or importlib.util.find_spec("websocket") is None,
     reason="needs the chromium package and websocket-client",
 )
@@ -55,6 +57,7 @@ def book(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@needs_chromium
 def test_a_clean_page_passes_and_broken_ones_fail_for_each_reason(book: Path) -> None:
     found = _checker().check(book, CHROMIUM)
     pages = {where.split(" at ")[0] for where in found}
@@ -74,6 +77,7 @@ def test_a_clean_page_passes_and_broken_ones_fail_for_each_reason(book: Path) ->
     assert "figure shrunk" not in phone  # on a phone every wide figure is scaled down
 
 
+@needs_chromium
 def test_main_exits_1_on_problems_and_2_without_a_book(book: Path, tmp_path: Path,
                                                        capsys) -> None:
     checker = _checker()
@@ -82,3 +86,40 @@ def test_main_exits_1_on_problems_and_2_without_a_book(book: Path, tmp_path: Pat
     assert "FAIL book/broken.html at 1280 px (desktop)" in out
     assert "pages: 1 passed, 2 failed" in out
     assert checker.main([str(tmp_path / "nothing")]) == 2
+
+
+class _FakeSocket:
+    """The few websocket-client calls wait_for makes, with events queued in advance."""
+
+    def __init__(self, events: list[dict], timeout: float) -> None:
+        self.events, self.timeout = list(events), timeout
+
+    def gettimeout(self) -> float:
+        return self.timeout
+
+    def settimeout(self, timeout: float) -> None:
+        self.timeout = timeout
+
+    def recv(self) -> str:
+        if not self.events:
+            raise ConnectionError("no more events")  # as a closed connection would
+        return json.dumps(self.events.pop(0))
+
+
+NAVIGATED = {"method": "Page.frameNavigated", "sessionId": "s"}
+LOADED = {"method": "Page.loadEventFired", "sessionId": "s"}
+
+
+@pytest.mark.parametrize("events", [[NAVIGATED, LOADED], [NAVIGATED]],
+                         ids=["found", "connection-lost"])
+def test_wait_for_restores_the_connection_timeout(events: list[dict]) -> None:
+    browser_class = _checker().Browser
+    browser = browser_class.__new__(browser_class)  # no Chromium: a fake connection
+    browser.ws, browser.events = _FakeSocket(events, timeout=120), []
+    if LOADED in events:
+        browser.wait_for("Page.loadEventFired", "s", timeout=5)
+        assert browser.events == [NAVIGATED]  # other events are kept
+    else:
+        with pytest.raises(ConnectionError):
+            browser.wait_for("Page.loadEventFired", "s", timeout=5)
+    assert browser.ws.timeout == 120

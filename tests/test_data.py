@@ -528,6 +528,33 @@ def test_loader_validation() -> None:
         Augment(pad=-1)
 
 
+@pytest.mark.parametrize("call", [
+    lambda seed: _ordered_data(10).subset(3, seed=seed),
+    lambda seed: DeviceLoader(_ordered_data(10), 4, shuffle=True, mean=0.1, std=1.0, seed=seed),
+    lambda seed: load_dataset("digits", seed=seed),
+    lambda seed: data.gaussian_noise_images(2, (1, 4, 4), seed=seed),
+    lambda seed: data.uniform_noise_images(2, (1, 4, 4), seed=seed),
+], ids=["subset", "DeviceLoader", "load_dataset", "gaussian_noise", "uniform_noise"])
+def test_seeds_are_ints_from_zero_up(call) -> None:
+    with pytest.raises(ValueError, match=r"^seed must be >= 0, got -1$"):
+        call(-1)
+    with pytest.raises(TypeError, match=r"^seed must be an int, got float$"):
+        call(1.0)
+    with pytest.raises(TypeError, match=r"^seed must be an int, got bool$"):
+        call(True)
+    call(np.int64(0))  # numpy integers are ints
+
+
+def test_loader_epochs_are_ints_from_zero_up() -> None:
+    loader = DeviceLoader(_ordered_data(10), 4, shuffle=True, mean=0.1, std=1.0)
+    with pytest.raises(ValueError, match=r"^epoch must be >= 0, got -1$"):
+        loader.set_epoch(-1)
+    with pytest.raises(TypeError, match=r"^epoch must be an int, got str$"):
+        loader.set_epoch("1")
+    loader.set_epoch(np.int32(2))
+    assert loader.epoch == 2 and type(loader.epoch) is int
+
+
 def test_augment_crop_is_a_real_shift() -> None:
     d = _ordered_data(3, size=6)
     x = d.images
@@ -612,6 +639,10 @@ def test_cli_info_and_fetch(
     assert str(tmp_path / "mnist") in capsys.readouterr().out
     assert main(["--root", str(tmp_path), "info"]) == 0
     assert "cached, verified" in capsys.readouterr().out
+    damaged = tmp_path / "mnist" / IDX_FILES[0]
+    damaged.write_bytes(damaged.read_bytes()[:-1])
+    assert main(["--root", str(tmp_path), "info"]) == 0
+    assert f"CHECKSUM MISMATCH for {IDX_FILES[0]}" in capsys.readouterr().out
     assert main(["--root", str(tmp_path), "fetch", "cifar10"]) == 1
     assert "cifar-10-python.tar.gz" in capsys.readouterr().err
 

@@ -12,6 +12,7 @@ import builtins
 import hashlib
 import os
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,18 @@ def test_svhn_mat_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     np.testing.assert_array_equal(s.train.images.numpy(), train)
     assert s.test.labels.tolist() == [0, 1, 2, 3, 4]  # SVHN's label 10 is the digit 0
     assert s.train.labels.tolist() == [(i % 10 + 1) % 10 for i in range(12)]
+
+
+@pytest.mark.parametrize("bad", [0, 11, -1])
+def test_svhn_labels_outside_1_to_10_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 offline: list[str], bad: int) -> None:
+    # a raw 0 is not a digit in SVHN's labels (the digit 0 is stored as 10)
+    images = np.zeros((3, 3, 32, 32), dtype=np.uint8)
+    write_svhn(tmp_path, {"train": (images, [1, 2, 10]), "test": (images, [10, bad, 5])},
+               monkeypatch)
+    path = tmp_path / "svhn" / "test_32x32.mat"
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: labels must lie in 1\.\.10"):
+        load_dataset("svhn", root=tmp_path, val_size=0)
 
 
 def test_download_is_verified_before_it_is_stored(

@@ -143,6 +143,61 @@ def test_train_run_with_positive_class_is_binary(tmp_path: Path) -> None:
     assert stored.test_logits.shape == (200, 2)
 
 
+def _same_splits(a: data.DatasetSplits, b: data.DatasetSplits) -> None:
+    for split in ("train", "val", "test"):
+        assert torch.equal(getattr(a, split).images, getattr(b, split).images), split
+        assert torch.equal(getattr(a, split).labels, getattr(b, split).labels), split
+    assert (a.num_classes, a.mean, a.std, a.class_names) == (
+        b.num_classes, b.mean, b.std, b.class_names)
+
+
+@pytest.mark.parametrize("positive_class", [None, 3])
+def test_load_splits_gives_the_splits_train_run_trains_on(monkeypatch,
+                                                           positive_class) -> None:
+    config = {"dataset": "digits", "val_size": 300, "seed": 2, "train_subset": 500,
+              "test_subset": 200, "epochs": 1}
+    if positive_class is not None:
+        config["positive_class"] = positive_class
+
+    class Seen(Exception):
+        pass
+
+    def capture(splits, **kwargs):
+        raise Seen(splits)
+
+    monkeypatch.setattr(experiment.data, "make_loaders", capture)
+    with pytest.raises(Seen) as seen:
+        experiment.train_run(config, device="cpu", progress=False)
+    used = seen.value.args[0]
+    splits = experiment.load_splits(config)
+    _same_splits(splits, used)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (500, 300, 200)
+    assert splits.num_classes == (10 if positive_class is None else 2)
+    with pytest.raises(TypeError, match="config"):
+        experiment.load_splits([("dataset", "digits")])
+
+
+def test_load_splits_of_a_meta_run_lacks_its_meta_validation_images(monkeypatch) -> None:
+    config = {"dataset": "digits", "val_size": 300, "seed": 2, "train_subset": 500,
+              "test_subset": 200, "epochs": 1, "loss": "focal", "meta": {"meta_val_size": 120}}
+
+    class Seen(Exception):
+        pass
+
+    def capture(splits, **kwargs):
+        raise Seen(splits)
+
+    monkeypatch.setattr(experiment.data, "make_loaders", capture)
+    with pytest.raises(Seen) as seen:
+        experiment.train_run(config, device="cpu", progress=False)
+    splits = experiment.load_splits(config)
+    _same_splits(splits, seen.value.args[0])
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (380, 300, 200)
+    plain = experiment.load_splits({k: v for k, v in config.items() if k != "meta"})
+    assert len(plain.train) == 500  # the meta split comes out of the training split only
+    assert torch.equal(plain.val.images, splits.val.images)
+
+
 def test_train_run_rejects_out_of_range_positive_class() -> None:
     config = {"dataset": "digits", "model": "lenet5", "epochs": 1, "val_size": 300,
               "positive_class": 10}
@@ -285,3 +340,88 @@ def test_meta_validation_split_is_disjoint_and_deterministic() -> None:
                         (2.5, TypeError)):
         with pytest.raises(error, match="size"):
             experiment.meta_validation_split(splits, size, seed=3)
+
+
+# --------------------------------------------------------------------------- the LogitNorm recipe
+
+
+REPO_RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def test_every_stored_run_keeps_its_hash() -> None:
+    """The stored runs' folders are named by their hash: new optional keys change none."""
+    folders = sorted(p for p in REPO_RESULTS.iterdir() if (p / "config.json").is_file())
+    if not folders:
+        pytest.skip("no stored runs in this checkout")
+    for folder in folders:
+        stored = json.loads((folder / "config.json").read_text())
+        assert config_hash(stored) == folder.name, folder
+    for key in ("milestones", "lr_gamma", "flip", "grad_clip"):
+        assert config_hash(default_config(**CH01_CONFIG, **{key: None})) == "f0a7f9abac42"
+
+
+def test_step_milestones_and_gamma_reach_the_trainer() -> None:
+    from calnotes.models import build_model
+
+    # the LogitNorm code: MultiStepLR([80, 140], 0.1) over 200 epochs, no Nesterov
+    cfg = default_config(schedule="step", milestones=[80, 140.0], lr_gamma=0.1, epochs=200,
+                         lr=0.1, weight_decay=5e-4, model="wrn-16-2",
+                         model_options={"dropout": 0.3}, loss="logitnorm",
+                         loss_options={"tau": 0.04})
+    assert cfg["milestones"] == [80, 140] and type(cfg["milestones"][1]) is int
+    assert config_hash(cfg) == config_hash({**cfg, "milestones": [80, 140]})
+    assert config_hash(cfg) != config_hash({k: v for k, v in cfg.items() if k != "milestones"})
+    model = build_model(cfg["model"], 10, 1, 28, **cfg["model_options"])
+    trainer = experiment.make_trainer(cfg, model, device="cpu", progress=False)
+    assert trainer.milestones == (80, 140) and trainer.gamma == 0.1
+    group = trainer.optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]) == (
+        0.1, 0.9, 5e-4, False)
+    # the same schedule as fractions of a shorter run
+    short = default_config(schedule="step", milestones=[0.4, 0.7], epochs=20)
+    trainer = experiment.make_trainer(short, build_model("resnet8", 10, 1, 28), device="cpu",
+                                      progress=False)
+    assert trainer.milestones == (8, 14) and trainer.gamma == 0.1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"milestones": [0.5]}, ValueError, "schedule='step'"),
+        ({"lr_gamma": 0.2}, ValueError, "schedule='step'"),
+        ({"schedule": "step", "milestones": []}, TypeError, "non-empty list"),
+        ({"schedule": "step", "milestones": ["80"]}, TypeError, "non-empty list"),
+        ({"schedule": "step", "milestones": 80}, TypeError, "milestones"),
+        ({"schedule": "step", "lr_gamma": 0.0}, ValueError, "lr_gamma"),
+        ({"flip": True}, ValueError, "augment=True"),
+        ({"augment": True, "flip": "yes"}, TypeError, "flip"),
+    ],
+)
+def test_recipe_options_are_checked(overrides, error, match) -> None:
+    with pytest.raises(error, match=match):
+        default_config(**overrides)
+
+
+def test_flip_overrides_the_datasets_choice(monkeypatch) -> None:
+    part = data.ImageData(torch.zeros(4, 1, 28, 28, dtype=torch.uint8), torch.arange(4))
+    splits = data.DatasetSplits(name="fashion_mnist", train=part, val=part, test=part,
+                                num_classes=10, in_channels=1, image_size=28, mean=(0.5,),
+                                std=(0.25,), allow_flip=False)
+    train, _, _ = data.make_loaders(splits, 2, augment=True)
+    assert train.augment is not None and train.augment.flip is False
+    train, _, _ = data.make_loaders(splits, 2, augment=True, flip=True)
+    assert train.augment is not None and train.augment.flip is True and train.augment.pad == 2
+    with pytest.raises(ValueError, match="augment=True"):
+        data.make_loaders(splits, 2, flip=True)
+    # a config's flip reaches the loaders train_run builds
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(data, "make_loaders", spy)
+    with pytest.raises(RuntimeError, match="stop here"):
+        experiment.train_run(default_config(dataset="digits", val_size=0.2, augment=True,
+                                            flip=True), device="cpu", progress=False)
+    assert seen["flip"] is True and seen["augment"] is True

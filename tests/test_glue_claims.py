@@ -52,3 +52,19 @@ def test_bad_claims_are_rejected(monkeypatch, rows, error, message):
     _glued(monkeypatch)
     with pytest.raises(error, match=message):
         notebook.glue_claims("x", rows)
+
+
+def test_the_front_page_extension_reads_the_notebook_format(monkeypatch):
+    # the extension that assembles the tables runs inside Sphinx; it must read the very
+    # columns and mime type that glue_claims writes, not copies of them
+    import importlib
+    import sys
+
+    pytest.importorskip("sphinx")
+    from calnotes.book import chapters
+
+    monkeypatch.syspath_prepend(str(chapters.BOOK_DIR / "_ext"))
+    monkeypatch.delitem(sys.modules, "claims_summary", raising=False)
+    ext = importlib.import_module("claims_summary")
+    assert ext.CLAIM_COLUMNS is notebook.CLAIM_COLUMNS
+    assert ext.CLAIMS_MIME is notebook.CLAIMS_MIME

@@ -21,6 +21,7 @@ from calnotes.losses import (
     MMCELoss,
     SECELoss,
     dece,
+    focal_loss,
     make_loss,
     mixup_batch,
 )
@@ -610,3 +611,24 @@ def test_sece_loss_accepts_bfloat16_logits():
     assert torch.isfinite(logits.grad.float()).all()
     reference = SECELoss()(logits.detach().float(), labels)
     assert abs(float(loss) - float(reference)) < 0.02  # bfloat16 rounding of the inputs
+
+
+def test_focal_hypergradient_stays_finite_when_a_sample_saturates() -> None:
+    # gamma-Net's hypergradient: one look-ahead step on the focal loss (create_graph), an
+    # outer loss at the stepped weights, differentiated with respect to gamma. Sample 0 is
+    # saturated (1 - p_y is below float32 eps) and its gamma small: the derivatives of
+    # x^gamma there used to overflow and make this NaN.
+    feats = torch.tensor([[5.0, 0.0], [0.3, 0.2]])
+    weights = torch.tensor([[10.0, 0.0, 0.0], [0.0, 1.0, 0.0]], requires_grad=True)
+    labels = torch.tensor([0, 1])
+    gamma = torch.tensor([1e-3, 0.3], requires_grad=True)
+    loss = focal_loss(feats @ weights, labels, gamma)
+    (step,) = torch.autograd.grad(loss, weights, create_graph=True)
+    outer = torch.log_softmax(torch.tensor([[1.0, 0.5]]) @ (weights - 0.1 * step), 1)[0, 0]
+    (hyper,) = torch.autograd.grad(outer, gamma)
+    assert torch.isfinite(hyper).all()
+    assert hyper[0] == 0 and hyper[1] != 0  # the saturated sample adds nothing
+    # The unsaturated sample's term is the textbook focal term (float64 reference).
+    p = torch.softmax((feats @ weights).detach().double()[1], 0)[1]
+    expected = -((1 - p) ** 0.3) * torch.log(p) / 2  # the mean over a batch of two
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)  # float32 vs float64

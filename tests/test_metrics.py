@@ -1021,3 +1021,182 @@ def test_sece_grid_on_float32_input_within_bound_of_float64_exact():
     exact = M.sece(p32.double(), y, method="exact")
     # the float32 result rounds the float64 value: half an ulp of float32 near 0.5
     assert abs(float(grid) - float(exact)) <= M.SECE_GRID_TOL + 3e-8
+
+
+# ---------------------------------------------------------------- bootstrap intervals
+
+
+def test_bootstrap_of_identical_samples_is_a_point() -> None:
+    # every row [0.8, 0.2] with label 0: each resample is the same 200 samples again,
+    # so every draw computes ECE = |1 - 0.8| = 0.2 from identical per-bin sums
+    p, y = np.tile([0.8, 0.2], (200, 1)), np.zeros(200, dtype=np.int64)
+    iv = M.bootstrap_interval("ece", p, y, n_boot=50)
+    assert iv.estimate == pytest.approx(0.2, abs=1e-12)
+    assert iv.low == pytest.approx(0.2, abs=1e-12) and iv.high == pytest.approx(0.2, abs=1e-12)
+    assert (iv.level, iv.n_boot) == (0.95, 50)
+
+
+def test_bootstrap_interval_of_an_error_rate_matches_the_binomial_one() -> None:
+    # 400 of 2000 predictions wrong: the 95% interval of the error rate is about
+    # 0.2 +- 1.96 sqrt(0.2 * 0.8 / 2000) = 0.2 +- 0.0175. The percentile interval of 4000
+    # resamples estimates each end with a Monte-Carlo standard deviation of about 3% of
+    # that half-width, and the error moves in steps of 1/2000 (another 3%): 15% is ample.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 2000)
+    wrong = rng.permutation(2000) < 400
+    pred = np.where(wrong, 1 - y, y)
+    p = np.where(pred[:, None] == np.arange(2), 0.9, 0.1)
+    iv = M.bootstrap_interval("error", p, y, n_boot=4000, seed=1)
+    assert iv.estimate == pytest.approx(0.2, abs=1e-12)  # 400 / 2000, accumulated in float64
+    half = 1.96 * math.sqrt(0.2 * 0.8 / 2000)
+    assert iv.low == pytest.approx(0.2 - half, rel=0.15 * half / 0.2)
+    assert iv.high == pytest.approx(0.2 + half, rel=0.15 * half / 0.2)
+    assert iv.contains(0.2) and not iv.contains(0.25)
+
+
+def test_bootstrap_differences_are_paired() -> None:
+    p, y = make_data(3, 1000, 4)
+    same = M.bootstrap_interval("ece", p, y, baseline=p.copy(), n_boot=30)
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)  # x - x is exactly 0
+    # a metric whose value on Q is half that on P in every resample: relative change 1
+    def mean_p1(probs, labels):
+        return float(np.asarray(probs)[:, 1].mean())
+
+    q = p.copy()
+    q[:, 1] /= 2
+    q[:, 0] += p[:, 1] / 2  # rows still sum to 1
+    rel = M.bootstrap_interval(mean_p1, p, y, baseline=q, relative=True, n_boot=30)
+    # mean(p) / mean(p / 2) - 1: halving is exact, the two means round differently by
+    # a few ulps of float64, far below 1e-12
+    for value in (rel.estimate, rel.low, rel.high):
+        assert value == pytest.approx(1.0, abs=1e-12)
+    # paired: the noise the two share cancels, so the difference is tighter than either
+    tempered = np.exp(np.log(p) / 1.5)
+    tempered /= tempered.sum(axis=1, keepdims=True)
+    diff = M.bootstrap_interval("nll", tempered, y, baseline=p, n_boot=200)
+    alone = M.bootstrap_interval("nll", p, y, n_boot=200)
+    assert diff.high - diff.low < alone.high - alone.low
+
+
+def test_bootstrap_is_seeded_and_accepts_tensors() -> None:
+    p, y = make_data(4, 500, 3)
+    a = M.bootstrap_interval("mce", p, y, n_boot=40, seed=7)
+    assert a == M.bootstrap_interval("mce", p, y, n_boot=40, seed=7)
+    assert a != M.bootstrap_interval("mce", p, y, n_boot=40, seed=8)
+    t = M.bootstrap_interval("mce", torch.from_numpy(p), torch.from_numpy(y), n_boot=40, seed=7)
+    # the same resamples of the same float64 numbers: like with like
+    assert (t.estimate, t.low, t.high) == (a.estimate, a.low, a.high)
+    assert a.estimate == pytest.approx(M.mce(p, y), abs=0)
+    assert M.bootstrap_interval("ece", p, y, n_bins=5, n_boot=2).estimate == M.ece(p, y, n_bins=5)
+
+
+@pytest.mark.parametrize("name", ["ece", "mce", "error"])
+def test_bootstrap_from_per_bin_sums_equals_one_metric_call_per_resample(name) -> None:
+    # saturated rows put confidences of exactly 1.0 in the last bin, and 15 bins of 300
+    # samples leave some empty in many resamples: the cases the binning convention pins
+    p, y = make_data(6, 300, 3, scale=4.0, saturate=20)
+    q, _ = make_data(7, 300, 3, scale=1.0)
+    fast = M.bootstrap_interval(name, p, y, baseline=q, n_boot=300, seed=2)
+    fns = {"ece": M.ece, "mce": M.mce, "error": M.error}
+    slow = M.bootstrap_interval(lambda a, b: fns[name](a, b), p, y, baseline=q, n_boot=300,
+                                seed=2)
+    # the same resamples and bins; only the order of the float64 per-bin sums differs
+    # (300 terms in [0, 1] each: rounding below 1e-13)
+    for a, b in ((fast.estimate, slow.estimate), (fast.low, slow.low), (fast.high, slow.high)):
+        assert a == pytest.approx(b, abs=1e-12)
+
+
+def test_bootstrap_interval_format_and_scale() -> None:
+    iv = M.BootstrapInterval(0.01234, 0.01, 0.015, 0.95, 100)
+    assert f"{iv.scaled(100):.2f}" == "1.23 [1.00, 1.50]"
+    assert format(iv, ".1%") == "1.2% [1.0%, 1.5%]"
+    with pytest.raises(ValueError, match="factor"):
+        iv.scaled(0)
+
+
+def test_bootstrap_interval_bad_input() -> None:
+    p, y = make_data(5, 100, 3)
+    with pytest.raises(ValueError, match="relative=True needs a baseline"):
+        M.bootstrap_interval("ece", p, y, relative=True)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        M.bootstrap_interval("accuracy", p, y)
+    with pytest.raises(ValueError, match="level must lie in"):
+        M.bootstrap_interval("ece", p, y, level=1.0)
+    with pytest.raises(ValueError, match="n_boot must be >= 2"):
+        M.bootstrap_interval("ece", p, y, n_boot=1)
+    with pytest.raises(ValueError, match="baseline has shape"):
+        M.bootstrap_interval("ece", p, y, baseline=p[:50])
+    with pytest.raises(ValueError, match="labels"):
+        M.bootstrap_interval("ece", p, y[:50])
+    with pytest.raises(TypeError, match="relative must be a bool"):
+        M.bootstrap_interval("ece", p, y, baseline=p, relative=1)
+    perfect = np.eye(3)[y]  # one-hot and right: ECE 0 in every resample
+    with pytest.raises(ValueError, match="relative change is undefined"):
+        M.bootstrap_interval("ece", p, y, baseline=perfect, relative=True, n_boot=2)
+
+
+def test_bootstrap_callables_get_the_kind_they_were_given() -> None:
+    p, y = make_data(8, 200, 3)
+    seen = []
+
+    def kind(probs, labels):
+        seen.append((type(probs), type(labels), probs.shape))
+        return float(probs[:, 0].mean())
+
+    M.bootstrap_interval(kind, p, y, n_boot=3)
+    assert set(seen) == {(np.ndarray, np.ndarray, (200, 3))}
+    seen.clear()
+    M.bootstrap_interval(kind, torch.from_numpy(p).float(), torch.from_numpy(y), n_boot=3)
+    assert set(seen) == {(torch.Tensor, torch.Tensor, (200, 3))}
+
+
+def test_bootstrap_per_bin_sums_bin_float32_confidences_like_ece() -> None:
+    # float32 confidences one ulp on either side of the edges m / 15: the fast path must
+    # bin them in float32, as ece does, not in float64 (where the two sides would swap)
+    edges = (np.arange(1, 15) / 15).astype(np.float32)
+    conf = np.concatenate([np.nextafter(edges, 0), edges, np.nextafter(edges, 1)])
+    p = np.stack([conf, 1 - conf], axis=1).astype(np.float32)
+    keep = p[:, 0] >= 0.5  # the confidence is column 0 there
+    p, y = p[keep], (np.arange(keep.sum()) % 2).astype(np.int64)
+    fast = M.bootstrap_interval("ece", p, y, n_boot=20, seed=3)
+    slow = M.bootstrap_interval(lambda a, b: M.ece(a, b), p, y, n_boot=20, seed=3)
+    # same bins, float64 sums of at most 21 terms in another order: below 1e-14
+    for a, b in ((fast.low, slow.low), (fast.high, slow.high)):
+        assert a == pytest.approx(b, abs=1e-12)
+
+
+def test_seed_interval_of_a_mean_and_of_a_welch_difference():
+    from scipy import stats
+
+    from calnotes.metrics import seed_interval
+
+    a, b = [0.30, 0.34, 0.32], [0.20, 0.27, 0.22]
+    one = seed_interval(a)
+    ref = stats.t.interval(0.95, 2, loc=np.mean(a), scale=stats.sem(a))
+    assert one.estimate == pytest.approx(np.mean(a)) and one.dof == 2
+    assert (one.low, one.high) == pytest.approx(ref, rel=1e-12)
+    diff = seed_interval(a, b, level=0.9)
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    se = math.sqrt(np.var(a, ddof=1) / 3 + np.var(b, ddof=1) / 3)
+    assert diff.estimate == pytest.approx(np.mean(a) - np.mean(b))
+    assert diff.estimate / se == pytest.approx(welch.statistic)
+    assert diff.dof == pytest.approx(welch.df)
+    half = stats.t.ppf(0.95, welch.df) * se
+    assert (diff.low, diff.high) == pytest.approx((diff.estimate - half, diff.estimate + half))
+    assert diff.excludes(0.0) == (diff.low > 0 or diff.high < 0)
+    assert seed_interval(b, a).estimate == pytest.approx(-diff.estimate)
+    assert f"{diff:.1f}".count("[") == 1
+    # identical seeds: a zero-width interval at the difference
+    same = seed_interval([1.0, 1.0], [0.5, 0.5])
+    assert (same.low, same.estimate, same.high) == (0.5, 0.5, 0.5) and same.excludes(0.0)
+
+
+def test_seed_interval_rejects_fewer_than_two_seeds_and_bad_levels():
+    from calnotes.metrics import seed_interval
+
+    with pytest.raises(ValueError, match="a must hold at least 2"):
+        seed_interval([0.1])
+    with pytest.raises(ValueError, match="b must hold at least 2"):
+        seed_interval([0.1, 0.2], [float("nan"), 0.1])
+    with pytest.raises(ValueError, match="level"):
+        seed_interval([0.1, 0.2], level=1.0)

@@ -91,6 +91,14 @@ def test_claims_elsewhere_report_which_hold_and_complete(capsys):
     assert "holds  the model is overconfident" in out
 
 
+def test_claims_add_returns_what_it_recorded():
+    claims = notebook.Claims("01", _book_namespace())
+    assert claims.add("numpy true", np.float64(2.0) > 1) is True
+    assert claims.add("numpy false", np.bool_(False)) is False
+    assert claims.add("empty list", []) is False
+    assert claims.results == {"numpy true": True, "numpy false": False, "empty list": False}
+
+
 def test_claims_reject_duplicates_and_unreadable_values():
     claims = notebook.Claims("01", _book_namespace())
     claims.add("a", True)

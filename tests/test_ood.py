@@ -333,3 +333,157 @@ def test_ood_on_cuda():
     assert odin_scores(model, [x.cpu()]).device.type == "cpu"
     s_in, s_out = msp(logits[:10]), msp(logits[10:])
     assert auroc(s_in, s_out) == pytest.approx(auroc(s_in.cpu().numpy(), s_out.cpu().numpy()))
+
+
+# ---------------------------------------------------------------------------------------
+# ODIN's perturbed logits, temperatures, several scores, seed spread
+# ---------------------------------------------------------------------------------------
+
+
+def test_odin_logits_give_the_odin_scores():
+    from calnotes.ood import odin_logits
+
+    model = _tiny_model()
+    x = torch.randn(9, 3, 2, 2)
+    loader = [x[:4], x[4:]]
+    z = odin_logits(model, loader, temperature=100.0, epsilon=0.01)
+    assert z.shape == (9, 4) and z.device.type == "cpu"
+    torch.testing.assert_close(F.softmax(z / 100.0, dim=1).amax(dim=1),
+                               odin(model, x, temperature=100.0, epsilon=0.01))
+    # epsilon 0: the logits of the unperturbed inputs
+    with torch.no_grad():
+        torch.testing.assert_close(odin_logits(model, loader, epsilon=0.0), model(x))
+    with pytest.raises(ValueError, match="float batch"):
+        odin_logits(model, [torch.zeros(2, 12, dtype=torch.uint8)])
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        odin_logits(lambda t: t, loader)
+
+
+def test_score_report_at_a_temperature_is_the_report_of_scaled_logits():
+    from calnotes.ood import score_report
+
+    rng = np.random.default_rng(3)
+    z_in = torch.from_numpy(rng.normal(size=(60, 5)) * 4)
+    z_out = {"a": torch.from_numpy(rng.normal(size=(50, 5)) * 2),
+             "b": torch.from_numpy(rng.normal(size=(40, 5)))}
+    for score in ("msp", "energy", "max_logit"):
+        at_t = score_report(z_in, z_out, score, temperature=2.5)
+        scaled = score_report(z_in / 2.5, {k: v / 2.5 for k, v in z_out.items()}, score)
+        pd.testing.assert_frame_equal(at_t, scaled)
+    # the max logit's ranking, hence its metrics, does not depend on the temperature
+    pd.testing.assert_frame_equal(score_report(z_in, z_out, "max_logit", temperature=7.0),
+                                  score_report(z_in, z_out, "max_logit"))
+    # the MSP's does: a temperature reorders inputs whose logits differ in spread
+    z_in2 = torch.tensor([[4.0, 0.0, 0.0], [2.0, 1.9, -9.0]], dtype=torch.float64)
+    z_out2 = {"o": torch.tensor([[3.0, 2.0, 2.0]], dtype=torch.float64)}
+    # MSPs at T = 1: ID 0.965, 0.525; OOD 0.576. At T = 10: ID 0.427, 0.430; OOD 0.356
+    assert score_report(z_in2, z_out2, "msp", temperature=1.0).loc["o", "auroc"] == 0.5
+    assert score_report(z_in2, z_out2, "msp", temperature=10.0).loc["o", "auroc"] == 1.0
+    with pytest.raises(ValueError, match="temperature"):
+        score_report(z_in, z_out, "msp", temperature=0.0)
+
+
+def test_averages_report_groups_of_sets_apart():
+    s_in = np.linspace(0, 1, 20)
+    outs = {"mnist": np.linspace(0.2, 0.9, 10), "letters": np.linspace(0.5, 1.5, 10),
+            "noise": np.linspace(-1, 0.3, 10)}
+    table = ood_report(s_in, outs, averages={"average (images)": ["mnist", "letters"],
+                                             "average (noise)": ["noise"]})
+    assert list(table.index) == ["mnist", "letters", "noise", "average (images)",
+                                 "average (noise)"]
+    pd.testing.assert_series_equal(table.loc["average (images)"],
+                                   table.loc[["mnist", "letters"]].mean(), check_names=False)
+    pd.testing.assert_series_equal(table.loc["average (noise)"], table.loc["noise"],
+                                   check_names=False)
+    assert list(ood_report(s_in, outs).index)[-1] == "average"  # the default is unchanged
+    with pytest.raises(ValueError, match="must name OOD sets"):
+        ood_report(s_in, outs, averages={"avg": ["svhn"]})
+    with pytest.raises(ValueError, match="no OOD set"):
+        ood_report(s_in, outs, averages={"mnist": ["mnist"]})
+    with pytest.raises(TypeError, match="list of OOD set names"):
+        ood_report(s_in, outs, averages={"avg": "mnist"})
+
+
+def test_score_table_stacks_scores_and_temperatures():
+    from calnotes.ood import score_report, score_table
+
+    rng = np.random.default_rng(4)
+    z_in = torch.from_numpy(rng.normal(size=(30, 3)) * 3)
+    z_out = {"a": torch.from_numpy(rng.normal(size=(20, 3)))}
+    table = score_table(z_in, z_out, temperatures={"raw": 1.0, "TS": 1.7})
+    assert table.index.names == ["temperature", "score", "ood_set"]
+    assert len(table) == 2 * 3 * 2  # temperatures x scores x (set + average)
+    pd.testing.assert_frame_equal(table.xs(("TS", "energy"), level=["temperature", "score"]),
+                                  score_report(z_in, z_out, "energy", temperature=1.7))
+    assert set(score_table(z_in, z_out, scores=["msp"]).index.get_level_values(0)) == {"raw"}
+    with pytest.raises(TypeError, match="not a str"):
+        score_table(z_in, z_out, scores="msp")
+    with pytest.raises(ValueError, match="score must be one of"):
+        score_table(z_in, z_out, scores=["odin"])
+
+
+def test_seed_spread_is_mean_and_sample_std_cell_by_cell():
+    from calnotes.ood import seed_spread
+
+    index = pd.Index(["a", "average"], name="ood_set")
+    tables = {s: pd.DataFrame({"auroc": [0.5 + s / 10, 0.6], "fpr@95tpr": [0.9, 0.2 * s]},
+                              index=index) for s in (0, 1, 2)}
+    out = seed_spread(tables)
+    assert out.loc["a", ("auroc", "mean")] == pytest.approx(0.6)
+    assert out.loc["a", ("auroc", "std")] == pytest.approx(0.1)  # sample std of 0.5, 0.6, 0.7
+    assert out.loc["average", ("auroc", "std")] == 0.0
+    assert out.loc["average", ("fpr@95tpr", "mean")] == pytest.approx(0.2)
+    assert out.loc["average", ("fpr@95tpr", "std")] == pytest.approx(0.2)
+    assert (out["n"] == 3).all() and list(out.index) == ["a", "average"]
+    assert seed_spread(list(tables.values())).equals(out)
+    one = seed_spread([tables[0]])
+    assert one[("auroc", "std")].isna().all() and (one["n"] == 1).all()
+    with pytest.raises(ValueError, match=r"tables\[2\] does not have the index"):
+        seed_spread({0: tables[0], 2: tables[2].drop(index="a")})
+    with pytest.raises(ValueError, match="tables is empty"):
+        seed_spread({})
+    with pytest.raises(TypeError, match="must be a DataFrame"):
+        seed_spread([tables[0], "x"])
+
+
+def test_mean_over_draws_averages_the_report_over_draws_of_n_samples():
+    from calnotes.ood import mean_over_draws, score_report
+
+    gen = torch.Generator().manual_seed(0)
+    z_in = torch.randn(300, 5, generator=gen) * 3
+    z_out = {"big": torch.randn(500, 5, generator=gen), "small": torch.randn(40, 5, generator=gen)}
+    seen = []
+
+    def report(drawn):
+        seen.append({k: v.clone() for k, v in drawn.items()})
+        return score_report(z_in, drawn, "msp")
+
+    table = mean_over_draws(report, z_out, n=100, draws=3, seed=7)
+    assert len(seen) == 3
+    for d, drawn in enumerate(seen):
+        assert drawn["big"].shape == (100, 5) and torch.equal(drawn["small"], z_out["small"])
+        # draw d is randperm of a generator seeded with seed + d, the rows kept in order
+        idx = torch.randperm(500, generator=torch.Generator().manual_seed(7 + d))[:100]
+        assert torch.equal(drawn["big"], z_out["big"][idx.sort().values])
+    manual = sum(score_report(z_in, drawn, "msp") for drawn in seen) / 3
+    pd.testing.assert_frame_equal(table, manual, check_exact=False, rtol=1e-12)
+    assert list(table.columns) == list(manual.columns)
+    # the same draws for numpy arrays of the same size, and for any other set of that size
+    np_table = mean_over_draws(lambda d: score_report(z_in, d, "msp"),
+                               {k: v.numpy() for k, v in z_out.items()}, n=100, draws=3, seed=7)
+    pd.testing.assert_frame_equal(np_table, table, check_exact=False, rtol=1e-12)
+
+
+def test_mean_over_draws_rejects_bad_arguments():
+    from calnotes.ood import mean_over_draws, score_report
+
+    z = {"a": torch.randn(10, 3)}
+    rep = lambda d: score_report(torch.randn(10, 3), d)  # noqa: E731
+    with pytest.raises(TypeError, match="report"):
+        mean_over_draws("msp", z, 5, 2)
+    with pytest.raises(ValueError, match="out"):
+        mean_over_draws(rep, {}, 5, 2)
+    with pytest.raises(ValueError, match="n must"):
+        mean_over_draws(rep, z, 0, 2)
+    with pytest.raises(ValueError, match="draws must"):
+        mean_over_draws(rep, z, 5, 0)

@@ -230,3 +230,89 @@ def test_score_report_rejects_bad_input() -> None:
         score_report(z, [z])
     with pytest.raises(TypeError, match="floating-point"):
         score_report(z.long(), {"o": z})
+
+
+# ---------------------------------------------------------------------------------------
+# ODIN on a stored run, and the run's own test images
+# ---------------------------------------------------------------------------------------
+def _odin_by_hand(model: torch.nn.Module, splits: data.DatasetSplits, images: torch.Tensor,
+                  temperature: float, epsilon: float) -> torch.Tensor:
+    """ODIN's step in pixel units, written out: u in [0, 1], normalized inside."""
+    mean = torch.tensor(splits.mean).view(1, -1, 1, 1)
+    std = torch.tensor(splits.std).view(1, -1, 1, 1)
+    u = (images.float() / 255.0).requires_grad_(True)
+    z = model((u - mean) / std)
+    loss = -torch.log_softmax(z / temperature, dim=1).amax(dim=1).sum()
+    (g,) = torch.autograd.grad(loss, u)
+    with torch.no_grad():
+        return model((u - epsilon * g.sign() - mean) / std)
+
+
+def test_run_test_images_are_the_runs_test_split(stored) -> None:
+    run, _, _, splits = stored
+    assert torch.equal(ood_runs.run_test_images(run), splits.test.images)
+    with pytest.raises(TypeError, match="StoredRun"):
+        ood_runs.run_test_images(object())
+
+
+def test_run_odin_logits_are_odins_step_in_pixel_units_and_are_stored(stored,
+                                                                     monkeypatch) -> None:
+    run, sets, ckpt, splits = stored
+    images = {"test": ood_runs.run_test_images(run), "gaussian": sets["gaussian"]}
+    out = ood_runs.run_odin_logits(run, images, temperature=100.0, epsilon=0.01,
+                                   device="cpu", checkpoint_root=ckpt)
+    model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
+    for name, x in images.items():
+        # batches of 500 against one batch: float32 sums reordered, logits of size ~10
+        torch.testing.assert_close(out[name], _odin_by_hand(model, splits, x, 100.0, 0.01),
+                                   rtol=1e-5, atol=1e-5)
+    # a step of 0 leaves the plain logits
+    plain = ood_runs.run_odin_logits(run, {"g": sets["gaussian"]}, temperature=100.0,
+                                     epsilon=0.0, device="cpu", checkpoint_root=ckpt)["g"]
+    torch.testing.assert_close(plain, run_ood_logits(run, {"g": sets["gaussian"]},
+                                                     checkpoint_root=ckpt)["g"])
+    entries = [p for p in (run.path / OOD_FOLDER).iterdir() if not p.name.startswith(".")]
+    kinds = sorted(json.loads((p / store.MANIFEST).read_text())["kind"] for p in entries)
+    assert kinds == ["odin_logits"] * 3 + ["ood_logits"]
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the stored entry should have been used")
+
+    monkeypatch.setattr(ood_runs, "trained_model", no_model)
+    again = ood_runs.run_odin_logits(run, {"x": sets["gaussian"]}, temperature=100.0,
+                                     epsilon=0.01, checkpoint_root=ckpt)
+    assert torch.equal(again["x"], out["gaussian"])
+    with pytest.raises(AssertionError, match="stored entry"):  # another temperature
+        ood_runs.run_odin_logits(run, {"x": sets["gaussian"]}, temperature=10.0,
+                                 epsilon=0.01, checkpoint_root=ckpt)
+
+
+def test_odin_after_temperature_scaling_is_odin_at_the_product(stored) -> None:
+    run, sets, ckpt, splits = stored
+    x, t_ts = sets["gaussian"], 1.7
+    model, _ = trained_model(run, device="cpu", checkpoint_root=ckpt)
+
+    class Scaled(torch.nn.Module):
+        def forward(self, inp: torch.Tensor) -> torch.Tensor:
+            return model(inp) / t_ts
+
+    by_hand = msp(_odin_by_hand(Scaled(), splits, x, 100.0, 0.01).double() / 100.0)
+    stored_ = ood_runs.run_odin_logits(run, {"g": x}, temperature=100.0 * t_ts, epsilon=0.01,
+                                       device="cpu", checkpoint_root=ckpt)["g"]
+    # f / t_ts / 100 and f / (100 t_ts) round differently, which can flip the sign of a
+    # gradient entry within rounding of 0 and move a pixel by 2 epsilon: a far smaller
+    # change in the score than 1e-4
+    torch.testing.assert_close(msp(stored_.double() / (100.0 * t_ts)), by_hand,
+                               rtol=0, atol=1e-4)
+
+
+def test_run_odin_logits_rejects_bad_input(stored) -> None:
+    run, sets, ckpt, _ = stored
+    with pytest.raises(TypeError, match="StoredRun"):
+        ood_runs.run_odin_logits(object(), sets)
+    with pytest.raises(ValueError, match="temperature"):
+        ood_runs.run_odin_logits(run, sets, temperature=0.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        ood_runs.run_odin_logits(run, sets, epsilon=-0.1)
+    with pytest.raises(ValueError, match="uint8"):
+        ood_runs.run_odin_logits(run, {"x": sets["gaussian"].float()})

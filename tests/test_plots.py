@@ -122,3 +122,66 @@ def test_bootstrap_bars_only_for_populated_bins(predictions):
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="min_count"):
         plots.reliability_diagram(probs, labels, bootstrap=5, min_count=0)
+
+
+def _figure3_curves():
+    """An error that falls throughout and an NLL that falls, then rises by 8% of its value:
+    on an axis shared with the error in percent (0-40) the rise would be a sliver."""
+    epochs = np.arange(1, 21)
+    error = 40 * np.exp(-epochs / 6) + 10
+    nll = 0.48 + 0.002 * (epochs - 9) ** 2
+    return epochs, error, nll
+
+
+def test_error_and_nll_each_on_its_own_axis():
+    epochs, error, nll = _figure3_curves()
+    fig, ax = plt.subplots()
+    out, nll_ax = plots.error_and_nll(epochs, error, nll, ax=ax, marks=[10, 15], title="t")
+    assert out is ax and nll_ax is not ax and nll_ax.get_shared_x_axes().joined(ax, nll_ax)
+    (err_line,) = ax.get_lines()[:1]
+    np.testing.assert_array_equal(err_line.get_ydata(), error)
+    np.testing.assert_array_equal(nll_ax.get_lines()[0].get_ydata(), nll)
+    # each axis spans its own curve (with a margin of 8% of the range on either side), so
+    # the NLL's rise fills most of its axis instead of a sliver of the error's
+    lo, hi = nll_ax.get_ylim()
+    assert lo < nll.min() and hi > nll.max()
+    assert (nll.max() - nll.min()) / (hi - lo) > 0.8
+    lo, hi = ax.get_ylim()
+    assert (error.max() - error.min()) / (hi - lo) > 0.8
+    # the dot marks the NLL minimum, the marks are vertical lines
+    dot = nll_ax.get_lines()[1]
+    assert (dot.get_xdata()[0], dot.get_ydata()[0]) == (epochs[8], nll[8])
+    vertical = [ln for ln in ax.get_lines() if np.ptp(ln.get_xdata()) == 0]
+    assert sorted(float(ln.get_xdata()[0]) for ln in vertical) == [10.0, 15.0]
+    assert ax.get_title() == "t"
+    plt.close(fig)
+
+
+def test_error_and_nll_legend_covers_no_curve():
+    epochs, error, nll = _figure3_curves()
+    fig, ax = plt.subplots()
+    ax, nll_ax = plots.error_and_nll(epochs, error, nll, ax=ax)
+    fig.canvas.draw()
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["error (%)", "NLL", "NLL minimum"]
+    box, area = legend.get_window_extent(), ax.get_window_extent()
+    assert box.y0 >= area.y1 - 1  # above the plotting area (1 pixel of rounding)
+    plt.close(fig)
+    ax, nll_ax = plots.error_and_nll(epochs, error, nll, legend=False)
+    assert ax.get_legend() is None and nll_ax.get_legend() is None
+    plt.close(ax.figure)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (([1, 2, 3], [1, 2], [1, 2, 3]), ValueError, "error has 2 values"),
+        (([1, 2, 3], [1, 2, 3], [1, np.nan, 3]), ValueError, "nll contains NaN"),
+        (([], [], []), ValueError, "epochs must be a non-empty"),
+        (([1, 2], ["a", "b"], [1, 2]), TypeError, "error must hold numbers"),
+    ],
+)
+def test_error_and_nll_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        plots.error_and_nll(*args)
+    plt.close("all")

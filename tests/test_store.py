@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from calnotes import metrics
-from calnotes._io import atomic_write, file_lock
+from calnotes._io import atomic_write, file_lock, sha256_bytes, sha256_file
 from calnotes.runs import experiment, store
 from calnotes.runs.experiment import RunResult, default_config, make_loss, register_loss
 from calnotes.runs.store import (
@@ -78,6 +78,15 @@ def test_config_hash_is_stable_canonical_and_order_independent() -> None:
 def test_config_hash_pinned_value() -> None:
     # changing the canonical form would orphan every stored run: pin one value
     assert config_hash(default_config()) == "eaa53330a95f"
+    # and the hash of a stored run's config, one that is not all defaults
+    stored = {
+        "amp": False, "augment": False, "batch_size": 64, "dataset": "fashion_mnist",
+        "epochs": 20, "loss": "ce", "loss_options": {}, "lr": 0.05, "model": "resnet14",
+        "model_options": {"batch_norm": True, "width": 16}, "momentum": 0.9,
+        "optimizer": "sgd", "schedule": "cosine", "seed": 0, "test_subset": None,
+        "train_subset": 2000, "val_size": 1000, "weight_decay": 0.0,
+    }
+    assert config_hash(stored) == "1c77a195d7ac"
 
 
 def test_config_hash_is_one_identity_per_run() -> None:
@@ -279,6 +288,36 @@ def test_failed_write_leaves_no_partial_run(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setattr(store, "_write_file", real_write)
     runs.save(result)
     assert runs.load(result.config).metrics == result.metrics
+
+
+def test_sha256_helpers_match_hashlib(tmp_path: Path, monkeypatch) -> None:
+    import calnotes._io as io_module
+
+    data = bytes(range(256)) * 41  # 10,496 bytes: several chunks of the size set below
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    expected = hashlib.sha256(data).hexdigest()
+    assert sha256_bytes(data) == expected
+    assert sha256_file(path) == expected
+    monkeypatch.setattr(io_module, "_CHUNK", 1000)  # the last chunk is a partial one
+    assert sha256_file(str(path)) == expected
+    (tmp_path / "empty").write_bytes(b"")
+    assert sha256_file(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
+
+
+def test_atomic_write_flushes_the_parent_folder_after_the_rename(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    import calnotes._io as io_module
+
+    target = tmp_path / "sub" / "metrics.json"
+    synced = []
+
+    def spy(path):
+        synced.append((Path(path), target.read_bytes()))  # the new file is in place
+
+    monkeypatch.setattr(io_module, "fsync_dir", spy)
+    atomic_write(target, b"new")
+    assert synced == [(tmp_path / "sub", b"new")]
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch) -> None:

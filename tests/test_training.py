@@ -419,6 +419,16 @@ def test_resume_refuses_a_checkpoint_of_another_run_config(tmp_path: Path) -> No
         Trainer(tiny_model(), run_config={"a": object()}, **one)
 
 
+def test_checkpoint_fingerprint_digest_pinned_value(tmp_path: Path) -> None:
+    # a stored checkpoint resumes only if this digest is unchanged: pin one value
+    config = {"train_subset": 2000, "batch_size": 64, "augment": False, "model": "resnet14"}
+    path = Trainer(tiny_model(), checkpoint_dir=tmp_path, run_config=config,
+                   **KW).save_checkpoint()
+    state = torch.load(path, weights_only=True)
+    expected = "ff9f5fd3417c880b8490c1158f594afa8de4ba2e80d365a4dbf9fac15ba8c2b9"
+    assert state["fingerprint_sha256"] == expected
+
+
 @pytest.mark.parametrize("cut", [0, 10, 0.5])
 def test_a_truncated_checkpoint_gives_an_error_naming_it(tmp_path: Path, cut: float) -> None:
     train, _ = make_loaders()

@@ -89,17 +89,22 @@ class Browser:
             self.events.append(reply)
 
     def wait_for(self, method: str, session: str, timeout: float = 60) -> None:
-        """Wait for an event of ``method`` on ``session`` (kept events included)."""
+        """Wait for an event of ``method`` on ``session`` (kept events included); the
+        connection's own timeout is restored afterwards."""
         deadline = time.monotonic() + timeout
-        while True:
-            for i, event in enumerate(self.events):
-                if event.get("method") == method and event.get("sessionId") == session:
-                    del self.events[i]
-                    return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {method} within {timeout} s")
-            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
-            self.events.append(json.loads(self.ws.recv()))
+        previous = self.ws.gettimeout()
+        try:
+            while True:
+                for i, event in enumerate(self.events):
+                    if event.get("method") == method and event.get("sessionId") == session:
+                        del self.events[i]
+                        return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no {method} within {timeout} s")
+                self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+                self.events.append(json.loads(self.ws.recv()))
+        finally:
+            self.ws.settimeout(previous)
 
     def new_page(self) -> str:
         """A new tab, offline, with network events on; returns its session id."""

@@ -27,9 +27,9 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from calnotes.book.notebook import CLAIM_COLUMNS, CLAIMS_MIME
+
 LOGGER = logging.getLogger(__name__)
-COLUMNS = ("claim", "source", "evidence", "verdict")  # calnotes.book.notebook.CLAIM_COLUMNS
-MIME = "text/vnd.calnotes.claims+json"  # calnotes.book.notebook.CLAIMS_MIME
 HEADERS = ("Claim", "Source", "Our evidence", "Verdict", "Chapter")
 WIDTHS = (26, 13, 30, 14, 17)  # percent of the table
 
@@ -91,11 +91,11 @@ class ReplaceClaimsSummary(SphinxPostTransform):
             body = nodes.tbody()
             for refdoc, key, label in node["entries"]:
                 glued = read_glue_cache(folder, refdoc).get(key)
-                text = (glued or {}).get("data", {}).get(MIME)
+                text = (glued or {}).get("data", {}).get(CLAIMS_MIME)
                 data = json.loads(text) if isinstance(text, str) else {}
-                if not data or tuple(data.get("columns", ())) != COLUMNS:
+                if not data or tuple(data.get("columns", ())) != CLAIM_COLUMNS:
                     LOGGER.warning(f"claims table {key!r} of {refdoc!r} is missing or has "
-                                   f"other columns than {COLUMNS}", location=node)
+                                   f"other columns than {CLAIM_COLUMNS}", location=node)
                     continue
                 title = self.env.titles[refdoc].astext() if refdoc in self.env.titles else refdoc
                 for record in data["rows"]:

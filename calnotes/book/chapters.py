@@ -151,9 +151,9 @@ def _dataset(value: Any) -> str | None:
 
 
 def _ood_set(value: Any) -> str | None:
-    from calnotes.data import DATASETS, OOD_NOISE
+    from calnotes.data import DATASETS, OOD_NOISE, PACKAGED_SETS
 
-    names = (*DATASETS, *OOD_NOISE)
+    names = (*DATASETS, *PACKAGED_SETS, *OOD_NOISE)
     if value in names or (isinstance(value, str) and value.startswith("folder:")):
         return None
     return f"one of {', '.join(names)}, or folder:<path>"

@@ -137,13 +137,14 @@ def changed_parameters(chapter: str, namespace: Mapping[str, Any]) -> dict[str, 
 class Claims:
     """What a chapter's prose says about its results, checked where the prose says it.
 
-    ``claims = Claims("01", globals())``, one ``claims.add(description, holds)`` per claim,
-    then ``claims.report()``. At the book's own parameters (every parameter at the default
-    of the chapter's parameters cell, as ``make book`` runs it) a failed claim raises an
-    ``AssertionError`` naming every claim that fails. At any other parameters the prose
-    was not written for the numbers, so the chapter completes and prints which claims
-    hold there. (Checks that hold at any parameters, such as a from-scratch computation
-    agreeing with the library, are plain ``assert`` statements, not claims.)
+    ``claims = Claims("01", globals())``, one ``claims.add(description, holds)`` per claim
+    (it returns the claim's truth), then ``claims.report()``. At the book's own parameters
+    (every parameter at the default of the chapter's parameters cell, as ``make book`` runs
+    it) a failed claim raises an ``AssertionError`` naming every claim that fails. At any
+    other parameters the prose was not written for the numbers, so the chapter completes
+    and prints which claims hold there. (Checks that hold at any parameters, such as a
+    from-scratch computation agreeing with the library, are plain ``assert`` statements,
+    not claims.)
     """
 
     def __init__(self, chapter: str, namespace: Mapping[str, Any]) -> None:
@@ -155,13 +156,16 @@ class Claims:
     def at_book_parameters(self) -> bool:
         return not self.changed
 
-    def add(self, description: str, holds: Any) -> None:
-        """Record one claim; ``holds`` is anything ``bool()`` reads (a numpy bool, ...)."""
+    def add(self, description: str, holds: Any) -> bool:
+        """Record one claim and return whether it holds (``bool(holds)``; ``holds`` is
+        anything ``bool()`` reads, a numpy bool, ...), so that a verdict built on the same
+        comparison reuses it."""
         if not isinstance(description, str) or not description:
             raise TypeError(f"description must be a non-empty str, got {description!r}")
         if description in self.results:
             raise ValueError(f"claim {description!r} was added twice")
         self.results[description] = bool(holds)
+        return self.results[description]
 
     @property
     def failed(self) -> list[str]:

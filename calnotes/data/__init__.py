@@ -8,6 +8,8 @@
 :mod:`~.augment`            :class:`Augment`: random crop and flip of a whole batch
 :mod:`~.loader`             :class:`DeviceLoader`, :func:`make_loaders`
 :mod:`~.ood_sets`           out-of-distribution image sets shaped like a dataset
+:mod:`~.packaged`           OOD sets shipped by package registries (animals, letters)
+:mod:`~.glyphs`             font glyphs drawn as MNIST-like images (for ``letters``)
 ==========================  ===========================================================
 
 Images are kept as ``uint8 (N, C, H, W)`` tensors; :class:`DeviceLoader` puts the whole set
@@ -28,6 +30,7 @@ from calnotes.data.ood_sets import (
     ood_images,
     uniform_noise_images,
 )
+from calnotes.data.packaged import PACKAGED_SETS, fetch_packaged, load_packaged
 from calnotes.data.sources import (
     DATASETS,
     IDX_FILES,
@@ -53,13 +56,16 @@ __all__ = [
     "DeviceLoader",
     "ImageData",
     "OOD_NOISE",
+    "PACKAGED_SETS",
     "binary_target",
     "data_root",
     "encode_idx",
     "fetch_dataset",
+    "fetch_packaged",
     "gaussian_noise_images",
     "load_dataset",
     "load_image_folder",
+    "load_packaged",
     "make_loaders",
     "match_images",
     "ood_images",

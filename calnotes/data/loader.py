@@ -15,7 +15,7 @@ import torch
 
 from calnotes._checks import check_device, check_positive_int
 from calnotes.data.augment import Augment, _augment_pad
-from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
+from calnotes.data.containers import DatasetSplits, ImageData
 
 __all__ = ["DeviceLoader", "make_loaders"]
 
@@ -77,13 +77,13 @@ class DeviceLoader:
             raise ValueError("std must be > 0 for every channel")
         self.shuffle = shuffle
         self.augment = augment
-        self.seed = _check_seed(seed)
+        self.seed = check_positive_int(seed, "seed", minimum=0)
         self.drop_last = drop_last
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose shuffle order and augmentation the next pass uses."""
-        self.epoch = _check_seed(epoch, "epoch")
+        self.epoch = check_positive_int(epoch, "epoch", minimum=0)
 
     @property
     def num_samples(self) -> int:
@@ -120,14 +120,25 @@ def make_loaders(
     augment: bool = False,
     seed: int = 0,
     eval_batch_size: int | None = None,
+    flip: bool | None = None,
 ) -> tuple[DeviceLoader, DeviceLoader, DeviceLoader]:
-    """``(train, val, test)`` loaders; only train shuffles and (optionally) augments."""
+    """``(train, val, test)`` loaders; only train shuffles and (optionally) augments.
+
+    ``augment`` crops at random after padding; it also flips horizontally where the dataset
+    allows it (``splits.allow_flip``: not for digits) unless ``flip`` says otherwise
+    (``flip`` needs ``augment=True``).
+    """
     if not isinstance(splits, DatasetSplits):
         raise TypeError(f"splits must be a DatasetSplits, got {type(splits).__name__}")
     if not isinstance(augment, bool):
         raise TypeError(f"augment must be a bool, got {type(augment).__name__}")
+    if flip is not None and not isinstance(flip, bool):
+        raise TypeError(f"flip must be a bool or None, got {type(flip).__name__}")
+    if flip is not None and not augment:
+        raise ValueError("flip applies to augmentation: set augment=True or leave flip=None")
     eval_bs = batch_size if eval_batch_size is None else eval_batch_size
-    aug = Augment(pad=_augment_pad(splits.image_size), flip=splits.allow_flip) if augment else None
+    do_flip = splits.allow_flip if flip is None else flip
+    aug = Augment(pad=_augment_pad(splits.image_size), flip=do_flip) if augment else None
     common: dict[str, Any] = {"mean": splits.mean, "std": splits.std, "device": device}
     train = DeviceLoader(splits.train, batch_size, shuffle=True, augment=aug, seed=seed, **common)
     val = DeviceLoader(splits.val, eval_bs, shuffle=False, **common)

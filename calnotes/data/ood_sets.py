@@ -1,8 +1,9 @@
 """Out-of-distribution image sets shaped like an in-distribution dataset.
 
-:func:`ood_images` picks a set by name: another dataset's test split, synthetic noise, or a
-folder of images, converted to the channels and size of the in-distribution data
-(:func:`match_images`). Images are uint8 ``(N, C, H, W)`` on the CPU.
+:func:`ood_images` picks a set by name: another dataset's test split, a set a package
+registry ships (:mod:`calnotes.data.packaged`: animal silhouettes, letters drawn from fonts),
+synthetic noise, or a folder of images, converted to the channels and size of the
+in-distribution data (:func:`match_images`). Images are uint8 ``(N, C, H, W)`` on the CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from calnotes._checks import as_tensor, check_positive_int
-from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
+from calnotes.data.containers import DatasetSplits, ImageData
+from calnotes.data.packaged import PACKAGED_SETS, load_packaged
 from calnotes.data.sources import DATASETS, _normalize_name, data_root
 from calnotes.data.splits import _load_raw
 
@@ -54,7 +56,7 @@ def gaussian_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) ->
     """
     n = check_positive_int(n, "n")
     c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
     z = torch.randn((n, c, h, w), generator=gen, dtype=torch.float32)
     return (128.0 + 64.0 * z).round().clamp(0, 255).to(torch.uint8)
 
@@ -63,7 +65,7 @@ def uniform_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> 
     """``n`` uniform-noise images, uint8 ``(n, C, H, W)``: pixels i.i.d. uniform on {0..255}."""
     n = check_positive_int(n, "n")
     c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
     return torch.randint(0, 256, (n, c, h, w), generator=gen, dtype=torch.uint8)
 
 
@@ -161,6 +163,8 @@ def ood_images(
 
     * a dataset of :data:`DATASETS` other than ``like.name``: its *test* split (e.g.
       ``"mnist"`` against Fashion-MNIST, ``"svhn"`` or ``"cifar100"`` against CIFAR-10);
+    * a set of :data:`~calnotes.data.packaged.PACKAGED_SETS` (``"animals"``, ``"letters"``):
+      all of its images (:func:`~calnotes.data.packaged.load_packaged`);
     * ``"gaussian"`` or ``"uniform"`` (:data:`OOD_NOISE`): noise images from
       :func:`gaussian_noise_images` / :func:`uniform_noise_images`;
     * ``"folder:<path>"`` or a path object: every PNG/JPEG in that folder
@@ -174,7 +178,7 @@ def ood_images(
     if not isinstance(like, DatasetSplits):
         raise TypeError(f"like must be a DatasetSplits, got {type(like).__name__}")
     n = check_positive_int(n, "n")
-    seed = _check_seed(seed)
+    seed = check_positive_int(seed, "seed", minimum=0)
     c, size = like.in_channels, like.image_size
     if isinstance(name, os.PathLike) or (
         isinstance(name, str) and name.startswith(_FOLDER_PREFIX)
@@ -190,12 +194,16 @@ def ood_images(
     if name in OOD_NOISE:
         draw = gaussian_noise_images if name == "gaussian" else uniform_noise_images
         return draw(n, (c, size, size), seed=seed)
+    if name in PACKAGED_SETS:
+        packaged = load_packaged(name, root, download)
+        return match_images(packaged.subset(n, seed).images if len(packaged) > n
+                            else packaged.images, c, size)
     try:
         dataset = _normalize_name(name)
     except ValueError:
         raise ValueError(
-            f"name must be a dataset of {DATASETS}, one of {OOD_NOISE} or 'folder:<path>', "
-            f"got {name!r}"
+            f"name must be a dataset of {DATASETS}, a set of {PACKAGED_SETS}, one of "
+            f"{OOD_NOISE} or 'folder:<path>', got {name!r}"
         ) from None
     if dataset == like.name:
         raise ValueError(f"name {name!r} is the in-distribution dataset itself, not OOD")

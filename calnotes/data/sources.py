@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import io
 import os
 import shutil
@@ -46,6 +45,7 @@ import torch
 
 from calnotes._checks import check_choice
 from calnotes._io import atomic_write as _atomic_write
+from calnotes._io import sha256_bytes
 from calnotes.data.containers import ImageData
 
 __all__ = [
@@ -246,10 +246,6 @@ def _maybe_gunzip(data: bytes) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 # --------------------------------------------------------------------------------------
 # torchvision (lazy)
 # --------------------------------------------------------------------------------------
@@ -424,7 +420,7 @@ def _unavailable(name: str, root: Path, reasons: Sequence[str]) -> DatasetUnavai
 
 def _check_hash(name: str, fname: str, data: bytes, origin: str) -> None:
     expected = SHA256[name][fname]
-    got = _sha256(data)
+    got = sha256_bytes(data)
     if got != expected:
         raise ChecksumError(
             f"SHA-256 mismatch for {fname} of {name!r} from {origin}: expected {expected}, "

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from calnotes._checks import check_positive_int
-from calnotes.data.containers import DatasetSplits, ImageData, _check_seed
+from calnotes.data.containers import DatasetSplits, ImageData
 from calnotes.data.formats import (
     _load_cifar10,
     _load_cifar100,
@@ -112,7 +112,7 @@ def load_dataset(
     :class:`~calnotes.data.DataRootError` before anything is fetched.
     """
     name = _normalize_name(name)
-    seed = _check_seed(seed)
+    seed = check_positive_int(seed, "seed", minimum=0)
     if not isinstance(download, bool):
         raise TypeError(f"download must be a bool, got {type(download).__name__}")
     for arg, value in (("train_subset", train_subset), ("val_subset", val_subset),

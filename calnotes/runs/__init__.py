@@ -10,6 +10,7 @@ from calnotes.runs.experiment import (
     RunResult,
     available_losses,
     default_config,
+    load_splits,
     make_loss,
     make_trainer,
     meta_validation_split,
@@ -24,7 +25,15 @@ from calnotes.runs.methods import (
     methods_table,
     temperature_scaled,
 )
-from calnotes.runs.ood import OOD_FOLDER, OOD_LOGITS_FILE, run_ood_logits, trained_model
+from calnotes.runs.ood import (
+    ODIN_LOGITS_FILE,
+    OOD_FOLDER,
+    OOD_LOGITS_FILE,
+    run_odin_logits,
+    run_ood_logits,
+    run_test_images,
+    trained_model,
+)
 from calnotes.runs.store import (
     CorruptRun,
     OutdatedRun,
@@ -52,6 +61,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "META_OPTIONS",
     "METHODS",
+    "ODIN_LOGITS_FILE",
     "OOD_FOLDER",
     "OOD_LOGITS_FILE",
     "OPTIONAL_CONFIG",
@@ -73,6 +83,7 @@ __all__ = [
     "ece_vs_bins",
     "get_key",
     "load_or_run",
+    "load_splits",
     "make_loss",
     "make_trainer",
     "meta_validation_split",
@@ -80,7 +91,9 @@ __all__ = [
     "methods_table",
     "nll_overfitting",
     "register_loss",
+    "run_odin_logits",
     "run_ood_logits",
+    "run_test_images",
     "set_key",
     "temperature_scaled",
     "train_run",

@@ -50,6 +50,7 @@ __all__ = [
     "RunResult",
     "available_losses",
     "default_config",
+    "load_splits",
     "make_loss",
     "make_trainer",
     "meta_validation_split",
@@ -93,11 +94,22 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: outer batches come from a meta-validation split carved from the training split (see
 #: :func:`meta_validation_split`).
 #:
+#: ``milestones`` and ``lr_gamma`` (``schedule="step"`` only): the learning rate is
+#: multiplied by ``lr_gamma`` (default 0.1) at each milestone, given as epochs (ints >= 1) or
+#: fractions of the epochs (floats in (0, 1)); without them the step schedule decays at 1/2
+#: and 3/4 of training. The LogitNorm code's ``[80, 140]`` of 200 epochs is ``[0.4, 0.7]``.
+#:
+#: ``flip``: with ``augment=True``, whether the random crop is joined by a horizontal flip;
+#: absent, the dataset decides (flips for CIFAR, not for digits or Fashion-MNIST).
+#:
 #: ``grad_clip``: a positive float clips the gradient of each batch's (mean) loss to that
 #: norm before the optimizer step (see :class:`calnotes.training.Trainer`).
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
     "meta": None,
+    "milestones": None,
+    "lr_gamma": None,
+    "flip": None,
     "grad_clip": None,
 }
 
@@ -141,7 +153,8 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
     "weight_decay": (float,), "schedule": (str,), "epochs": (int,), "batch_size": (int,),
     "augment": (bool,), "val_size": (int, float, None), "train_subset": (int, None),
     "test_subset": (int, None), "seed": (int,), "amp": (bool,), "positive_class": (int,),
-    "meta": (dict,), "grad_clip": (float,),
+    "meta": (dict,), "milestones": (list,), "lr_gamma": (float,), "flip": (bool,),
+    "grad_clip": (float,),
 }
 
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
@@ -190,6 +203,9 @@ def _canonical(value: Any, types: tuple[Any, ...], name: str) -> Any:
     elif isinstance(value, Mapping):
         if dict in types:
             return _json_value(value, name)
+    elif isinstance(value, (list, tuple)):
+        if list in types:
+            return _json_value(list(value), name)
     raise TypeError(f"{name} must be {_type_names(types)}, got {type(value).__name__} {value!r}")
 
 
@@ -262,7 +278,29 @@ def default_config(**overrides: Any) -> dict[str, Any]:
         raise ValueError(f"config['grad_clip'] must be > 0, got {config['grad_clip']}")
     if "meta" in config:
         config["meta"] = _check_meta(config["meta"], config)
+    _check_schedule_options(config)
+    if "milestones" in config:  # a whole epoch given as a float is that epoch: one run, one hash
+        config["milestones"] = [int(m) if isinstance(m, float) and m >= 1 and m == int(m)
+                                else m for m in config["milestones"]]
     return config
+
+
+def _check_schedule_options(config: Mapping[str, Any]) -> None:
+    """``milestones`` and ``lr_gamma`` need the step schedule; ``flip`` needs augmentation;
+    milestones are numbers (the trainer checks their range and order)."""
+    step_only = [k for k in ("milestones", "lr_gamma") if k in config]
+    if step_only and config["schedule"] != "step":
+        raise ValueError(f"config {step_only} apply to schedule='step', got schedule="
+                         f"{config['schedule']!r}")
+    milestones = config.get("milestones")
+    if milestones is not None and (not milestones or any(
+            isinstance(m, bool) or not isinstance(m, (int, float)) for m in milestones)):
+        raise TypeError(f"config['milestones'] must be a non-empty list of epochs or fractions, "
+                        f"got {milestones!r}")
+    if config.get("lr_gamma", 1.0) <= 0:
+        raise ValueError(f"config['lr_gamma'] must be > 0, got {config['lr_gamma']}")
+    if "flip" in config and not config["augment"]:
+        raise ValueError("config['flip'] applies to augmentation: set augment=True")
 
 
 def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -425,6 +463,34 @@ def _report(probs: torch.Tensor, labels: torch.Tensor, prefix: str) -> dict[str,
     return out
 
 
+def load_splits(config: Mapping[str, Any]) -> data.DatasetSplits:
+    """The train / val / test splits of the run ``config`` describes: its dataset, split
+    by ``val_size`` and ``seed`` and cut to ``train_subset`` / ``test_subset``; with a
+    ``positive_class``, relabelled as that class against the rest; for a ``meta`` run, the
+    training split without its meta-validation images (:func:`meta_validation_split`)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    return _run_splits(default_config(**config))[0]
+
+
+def _run_splits(cfg: Mapping[str, Any]) -> tuple[data.DatasetSplits, data.ImageData | None]:
+    """The splits ``train_run`` trains the (complete) config ``cfg`` on, and the meta run's
+    meta-validation images (``None`` when its outer batches come from the validation split,
+    or for a run that is not a meta run)."""
+    splits = data.load_dataset(
+        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
+        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
+    )
+    if cfg.get("positive_class") is not None:
+        splits = data.binary_target(splits, cfg["positive_class"])
+    if "meta" not in cfg:
+        return splits, None
+    size = cfg["meta"]["meta_val_size"]
+    if size == 0 or (size is None and len(splits.val) == 0):
+        return splits, None
+    return meta_validation_split(splits, size, cfg["seed"])
+
+
 def train_run(
     config: Mapping[str, Any],
     device: str | torch.device = "auto",
@@ -447,22 +513,14 @@ def train_run(
     dev = select_device(device)
     seed_everything(cfg["seed"])
 
-    splits = data.load_dataset(
-        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
-        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
-    )
-    if cfg.get("positive_class") is not None:
-        splits = data.binary_target(splits, cfg["positive_class"])
-    meta_loader = None
-    if "meta" in cfg and cfg["meta"]["meta_val_size"] != 0 and (
-            cfg["meta"]["meta_val_size"] is not None or len(splits.val) > 0):
-        splits, meta_data = meta_validation_split(splits, cfg["meta"]["meta_val_size"],
-                                                  cfg["seed"])
-        meta_loader = data.DeviceLoader(meta_data, cfg["batch_size"], shuffle=True,
-                                        mean=splits.mean, std=splits.std, device=dev,
-                                        seed=cfg["seed"])
+    splits, meta_data = _run_splits(cfg)
+    meta_loader = None if meta_data is None else data.DeviceLoader(
+        meta_data, cfg["batch_size"], shuffle=True, mean=splits.mean, std=splits.std,
+        device=dev, seed=cfg["seed"])
+    flip = {"flip": cfg["flip"]} if "flip" in cfg else {}
     train_loader, val_loader, test_loader = data.make_loaders(
-        splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"], seed=cfg["seed"]
+        splits, batch_size=cfg["batch_size"], device=dev, augment=cfg["augment"],
+        seed=cfg["seed"], **flip,
     )
     torch.manual_seed(cfg["seed"])  # model init independent of what data loading drew
     model = models.build_model(
@@ -518,6 +576,10 @@ def make_trainer(
         amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
         progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback, run_config=cfg,
     )
+    if "milestones" in cfg:
+        options["milestones"] = cfg["milestones"]
+    if "lr_gamma" in cfg:
+        options["gamma"] = cfg["lr_gamma"]
     if "meta" in cfg:
         if cfg["optimizer"] != "sgd":
             raise ValueError(f"a meta run trains the backbone with sgd, got {cfg['optimizer']!r}")

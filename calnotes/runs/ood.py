@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from calnotes import data, models, training
-from calnotes._checks import check_positive_int
+from calnotes import data, models, ood, training
+from calnotes._checks import check_positive_float, check_positive_int, model_device
 from calnotes.runs import experiment, store
 
-__all__ = ["OOD_FOLDER", "OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
+__all__ = [
+    "ODIN_LOGITS_FILE",
+    "OOD_FOLDER",
+    "OOD_LOGITS_FILE",
+    "run_odin_logits",
+    "run_ood_logits",
+    "run_test_images",
+    "trained_model",
+]
 
 
 #: Folder, inside a stored run's folder, of the run's logits on OOD image sets: one entry
@@ -29,6 +37,9 @@ __all__ = ["OOD_FOLDER", "OOD_LOGITS_FILE", "run_ood_logits", "trained_model"]
 OOD_FOLDER = "ood"
 #: File of such an entry holding the float32 ``logits`` (compressed npz).
 OOD_LOGITS_FILE = "ood_logits.npz"
+#: File of an ODIN entry ``ood/<key>/``: the float32 ``logits`` f(x~) of the perturbed images;
+#: the key is the SHA-256 of the images' digest, the temperature and the step.
+ODIN_LOGITS_FILE = "odin_logits.npz"
 
 
 def _images_digest(images: torch.Tensor) -> str:
@@ -51,6 +62,18 @@ def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
     return logits.shape == run.test_logits.shape and torch.allclose(
         logits, run.test_logits, rtol=2e-3, atol=2e-3
     )
+
+
+def run_test_images(run: Any) -> torch.Tensor:
+    """The test images of a stored run, uint8 ``(N, C, H, W)``, in the order of its stored
+    ``test_logits``: the in-distribution set of its OOD tables (e.g. for ODIN)."""
+    if not isinstance(run, store.StoredRun):
+        raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
+    images = experiment.load_splits(experiment.default_config(**run.config)).test.images
+    if images.shape[0] != run.test_logits.shape[0]:
+        raise RuntimeError(f"the test split of run {run.path.name} has {images.shape[0]} "
+                           f"images, its stored logits {run.test_logits.shape[0]} rows")
+    return images
 
 
 def trained_model(
@@ -82,12 +105,7 @@ def trained_model(
     cfg = experiment.default_config(**run.config)
     digest = store.config_hash(cfg)
     dev = training.select_device(device)
-    splits = data.load_dataset(
-        cfg["dataset"], val_size=cfg["val_size"], seed=cfg["seed"],
-        train_subset=cfg["train_subset"], test_subset=cfg["test_subset"],
-    )
-    if cfg.get("positive_class") is not None:  # a binary run, as train_run builds it
-        splits = data.binary_target(splits, cfg["positive_class"])
+    splits = experiment.load_splits(cfg)  # the splits train_run trained the run on
     _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=dev)
     roots = _checkpoint_roots(run, checkpoint_root)
     tried = []
@@ -153,9 +171,105 @@ def run_ood_logits(
     """
     if not isinstance(run, store.StoredRun):
         raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    digests = _check_images(images)
+
+    def compute(model: nn.Module, splits: Any, x: torch.Tensor) -> torch.Tensor:
+        loader = data.DeviceLoader(
+            data.ImageData(x, torch.zeros(x.shape[0], dtype=torch.long)), batch_size,
+            shuffle=False, mean=splits.mean, std=splits.std, device=model_device(model),
+        )
+        return training.predict_logits(model, loader)[0]
+
+    meta = {name: {"images_sha256": d} for name, d in digests.items()}
+    return _stored_logits(run, images, "ood_logits", OOD_LOGITS_FILE, digests, meta, compute,
+                          device=device, checkpoint_root=checkpoint_root)
+
+
+def _stored_logits(
+    run: Any,
+    images: Mapping[str, torch.Tensor],
+    kind: str,
+    fname: str,
+    keys: Mapping[str, str],
+    meta: Mapping[str, dict[str, Any]],
+    compute: Callable[[nn.Module, Any, torch.Tensor], torch.Tensor],
+    *,
+    device: str | torch.device,
+    checkpoint_root: str | Path | None,
+) -> dict[str, torch.Tensor]:
+    """Each set's logits from its entry ``ood/<keys[name][:16]>`` (of ``kind``, its manifest
+    holding ``meta[name]``); sets not stored yet are computed by ``compute(model, splits,
+    images)`` with the run's trained model, stored whole, and read back verified."""
+    out: dict[str, np.ndarray] = {}
+    for name in images:
+        found = _read_logits_entry(run, keys[name], kind, fname, meta[name])
+        if found is not None:
+            out[name] = found
+    missing = [name for name in images if name not in out]
+    if missing:
+        model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
+        for name in missing:
+            logits = compute(model, splits, images[name])
+            store.write_entry(
+                _ood_entry(run, keys[name]),
+                {fname: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
+                {"kind": kind, **meta[name], "config_hash": run.path.name},
+            )
+            # read back verified (another writer may have published the entry first)
+            found = _read_logits_entry(run, keys[name], kind, fname, meta[name])
+            if found is None:
+                raise RuntimeError(f"the {kind} of {name!r} were not stored in {run.path}")
+            out[name] = found
+    return {name: torch.from_numpy(out[name]) for name in images}
+
+
+def _ood_entry(run: Any, key: str) -> Path:
+    return Path(run.path) / OOD_FOLDER / key[:16]
+
+
+def _read_logits_entry(run: Any, key: str, kind: str, fname: str,
+                       expected: dict[str, Any]) -> np.ndarray | None:
+    """The float32 logits of the entry ``ood/<key[:16]>`` of kind ``kind`` whose manifest
+    holds ``expected`` (``None`` if not stored or stored in an older format);
+    :class:`calnotes.runs.store.CorruptRun` if damaged."""
+    folder = _ood_entry(run, key)
+    if not folder.is_dir():
+        return None
+    remedy = f"delete the folder {folder}; the next call recomputes it"
+    try:
+        manifest, files = store.read_entry(folder, kind=kind, remedy=remedy)
+    except store.OutdatedRun:
+        return None  # recomputed, and replaced by write_entry
+    if any(manifest.get(k) != v for k, v in expected.items()) or fname not in files:
+        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe these images' "
+                               f"logits; {remedy}")
+    arrays = store.parse_npz(files[fname], folder / fname, remedy)
+    logits = arrays.get("logits")
+    if logits is None or logits.ndim != 2 or logits.dtype != np.float32:
+        raise store.CorruptRun(f"{folder / fname} holds no float32 (N, C) logits; {remedy}")
+    return logits
+
+
+class _PixelInput(nn.Module):
+    """``model((u - mean) / std)`` for images ``u`` in [0, 1]: ODIN's step is taken in pixel
+    units, as in the ODIN paper (and the LogitNorm code, which divides it by the std)."""
+
+    def __init__(self, model: nn.Module, mean: tuple[float, ...], std: tuple[float, ...],
+                 device: torch.device) -> None:
+        super().__init__()
+        self.model = model
+        self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.model((u - self.mean) / self.std)
+
+
+def _check_images(images: Any) -> dict[str, str]:
+    """Validate ``name -> uint8 (N, C, H, W)`` and return each set's digest."""
     if not isinstance(images, Mapping) or not images:
         raise ValueError("images must be a non-empty mapping name -> uint8 images")
-    batch_size = check_positive_int(batch_size, "batch_size")
     digests = {}
     for name, x in images.items():
         if not isinstance(name, str) or not name:
@@ -165,57 +279,47 @@ def run_ood_logits(
         if x.shape[0] == 0:
             raise ValueError(f"images[{name!r}] is empty")
         digests[name] = _images_digest(x)
-
-    out: dict[str, np.ndarray] = {}
-    for name in images:
-        found = _read_ood_logits(run, digests[name])
-        if found is not None:
-            out[name] = found
-    missing = [name for name in images if name not in out]
-    if missing:
-        model, splits = trained_model(run, device=device, checkpoint_root=checkpoint_root)
-        dev = next(iter(model.parameters())).device
-        for name in missing:
-            x = images[name]
-            loader = data.DeviceLoader(
-                data.ImageData(x, torch.zeros(x.shape[0], dtype=torch.long)), batch_size,
-                shuffle=False, mean=splits.mean, std=splits.std, device=dev,
-            )
-            logits, _ = training.predict_logits(model, loader)
-            store.write_entry(
-                _ood_entry(run, digests[name]),
-                {OOD_LOGITS_FILE: store.npz_bytes({"logits": logits.numpy().astype(np.float32)})},
-                {"kind": "ood_logits", "images_sha256": digests[name],
-                 "config_hash": run.path.name},
-            )
-            found = _read_ood_logits(run, digests[name])  # another writer may have won
-            if found is None:
-                raise RuntimeError(f"the OOD logits of {name!r} were not stored in {run.path}")
-            out[name] = found
-    return {name: torch.from_numpy(out[name]) for name in images}
+    return digests
 
 
-def _ood_entry(run: Any, images_sha256: str) -> Path:
-    return Path(run.path) / OOD_FOLDER / images_sha256[:16]
+def run_odin_logits(
+    run: Any,
+    images: Mapping[str, torch.Tensor],
+    *,
+    temperature: float = 1000.0,
+    epsilon: float = 0.0014,
+    device: str | torch.device = "auto",
+    checkpoint_root: str | Path | None = None,
+    batch_size: int = 500,
+) -> dict[str, torch.Tensor]:
+    """Logits ``f(x~)`` of ODIN's perturbed images (:func:`calnotes.ood.odin_logits`) for each
+    set of ``images``, stored inside the run's folder like :func:`run_ood_logits`.
 
+    The step ``epsilon`` is in pixel units (images scaled to [0, 1], before the run's
+    normalization), as in the ODIN paper: ``x~ = x - epsilon sign(-grad_x log S_max(f(x) /
+    T))``. The ODIN score is ``calnotes.ood.msp(logits / temperature)``. ODIN after
+    temperature scaling with a fitted ``T_ts`` is ODIN at ``temperature * T_ts`` (the model
+    ``f / T_ts`` at ``temperature`` is the model ``f`` at ``temperature * T_ts``). Include the
+    in-distribution images (:func:`run_test_images`) to score both sides. Returns
+    ``{name: float32 logits (N, C)}`` on the CPU.
+    """
+    if not isinstance(run, store.StoredRun):
+        raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
+    temperature = check_positive_float(temperature, "temperature")
+    epsilon = ood._check_epsilon(epsilon)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    digests = _check_images(images)
+    keys = {name: hashlib.sha256(f"odin|{d}|{temperature!r}|{epsilon!r}".encode()).hexdigest()
+            for name, d in digests.items()}
+    meta = {name: {"images_sha256": digests[name], "temperature": temperature,
+                   "epsilon": epsilon} for name in images}
 
-def _read_ood_logits(run: Any, images_sha256: str) -> np.ndarray | None:
-    """The stored float32 logits of the images with this digest (``None`` if not stored
-    or stored in an older format); :class:`calnotes.runs.store.CorruptRun` if damaged."""
-    folder = _ood_entry(run, images_sha256)
-    if not folder.is_dir():
-        return None
-    remedy = f"delete the folder {folder}; the next call recomputes it"
-    try:
-        manifest, files = store.read_entry(folder, kind="ood_logits", remedy=remedy)
-    except store.OutdatedRun:
-        return None  # recomputed, and replaced by write_entry
-    if manifest.get("images_sha256") != images_sha256 or OOD_LOGITS_FILE not in files:
-        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe these images' "
-                               f"logits; {remedy}")
-    arrays = store.parse_npz(files[OOD_LOGITS_FILE], folder / OOD_LOGITS_FILE, remedy)
-    logits = arrays.get("logits")
-    if logits is None or logits.ndim != 2 or logits.dtype != np.float32:
-        raise store.CorruptRun(f"{folder / OOD_LOGITS_FILE} holds no float32 (N, C) logits; "
-                               f"{remedy}")
-    return logits
+    def compute(model: nn.Module, splits: Any, x: torch.Tensor) -> torch.Tensor:
+        dev = model_device(model)
+        pixel_model = _PixelInput(model, splits.mean, splits.std, dev).eval()
+        batches = (x[i:i + batch_size].to(dev).float() / 255.0
+                   for i in range(0, x.shape[0], batch_size))
+        return ood.odin_logits(pixel_model, batches, temperature, epsilon, dev)
+
+    return _stored_logits(run, images, "odin_logits", ODIN_LOGITS_FILE, keys, meta, compute,
+                          device=device, checkpoint_root=checkpoint_root)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -50,7 +49,7 @@ import torch
 
 import calnotes
 from calnotes._checks import check_labels, check_logits
-from calnotes._io import file_lock, fsync_dir
+from calnotes._io import file_lock, fsync_dir, sha256_bytes
 from calnotes.runs import experiment as experiments
 from calnotes.runs.experiment import RunResult
 from calnotes.training import History
@@ -116,7 +115,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 def _digest(config: Mapping[str, Any]) -> str:
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return sha256_bytes(text.encode("utf-8"))[:12]
 
 
 def _repo_root() -> Path:
@@ -155,10 +154,6 @@ def _json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _write_file(path: Path, data: bytes) -> None:
     with open(path, "xb") as fh:
         fh.write(data)
@@ -193,7 +188,7 @@ def write_entry(
     if not files or any(not _LABEL.match(name) or name == MANIFEST for name in files):
         raise ValueError(f"files must be plain file names other than {MANIFEST}: {list(files)}")
     manifest = {"format": FORMAT, **meta,
-                "files": {name: _sha256(data) for name, data in sorted(files.items())}}
+                "files": {name: sha256_bytes(data) for name, data in sorted(files.items())}}
     parent.mkdir(parents=True, exist_ok=True)
     with file_lock(lock_path(folder), timeout=lock_timeout, what=f"saving {folder}"):
         for stale in [*parent.glob(f".tmp-{folder.name}-*"), *parent.glob(f".old-{folder.name}-*")]:
@@ -268,7 +263,7 @@ def read_entry(
             data = file.read_bytes()
         except FileNotFoundError:
             raise CorruptRun(f"{file} is missing; {remedy}") from None
-        if _sha256(data) != digest:
+        if sha256_bytes(data) != digest:
             raise CorruptRun(
                 f"{file} does not match the SHA-256 recorded when it was saved (it is "
                 f"truncated or was changed); {remedy}"

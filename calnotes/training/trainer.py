@@ -12,7 +12,6 @@ The default loss is cross-entropy, ``L = -(1/B) sum_i log softmax(z_i)[y_i]``.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -37,7 +36,7 @@ from calnotes._checks import (
     check_positive_int,
     model_device,
 )
-from calnotes._io import atomic_write
+from calnotes._io import atomic_write, sha256_bytes
 from calnotes._threads import auto_threads, cpu_threads
 from calnotes.losses import MixupLoss, check_batch, mixup_batch
 
@@ -69,7 +68,7 @@ _CHECKPOINT_FORMAT = 1
 
 def select_device(device: str | torch.device = "auto") -> torch.device:
     """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU; anything else is
-    checked by :func:`calnotes._checks.check_device` (``ValueError`` for an unknown or
+    checked by ``calnotes._checks.check_device`` (``ValueError`` for an unknown or
     absent device, ``TypeError`` for a value that is neither a string nor a device)."""
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -210,6 +209,14 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         model.train(was_training)
 
 
+def _batch_input(x: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
+    """A batch of inputs on ``device``, NHWC (``channels_last``) when the model is."""
+    x = x.to(device, non_blocking=True)
+    if channels_last and x.ndim == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def _collect_logits(
     forward: Callable[[torch.Tensor], torch.Tensor],
     loader: Iterable,
@@ -223,9 +230,7 @@ def _collect_logits(
     chunks, labels = [], []
     with torch.no_grad():
         for x, y in _iter_batches(loader, name):
-            x = x.to(device, non_blocking=True)
-            if channels_last and x.ndim == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x = _batch_input(x, device, channels_last)
             with _autocast(device, amp):
                 out = forward(x)
             chunks.append(out.float())
@@ -558,7 +563,7 @@ class Trainer:
         state = {
             "format": _CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
-            "fingerprint_sha256": _sha256(fingerprint),
+            "fingerprint_sha256": _fingerprint_digest(fingerprint),
             "epoch": self.epoch,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -607,10 +612,7 @@ class Trainer:
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of inputs on the device, NHWC when the model is."""
-        x = x.to(self.device, non_blocking=True)
-        if self.channels_last and x.ndim == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
+        return _batch_input(x, self.device, self.channels_last)
 
     def _extend_record(self, record: dict[str, Any]) -> None:
         """Add fields to an epoch's record after validation (none here)."""
@@ -789,7 +791,7 @@ def _json_copy(value: Mapping[str, Any] | None, name: str) -> dict[str, Any] | N
 def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Path) -> None:
     """Refuse to resume a checkpoint written with another configuration, naming the fields
     (the keys of ``run_config`` one by one)."""
-    if state["fingerprint_sha256"] == _sha256(mine):
+    if state["fingerprint_sha256"] == _fingerprint_digest(mine):
         return
     theirs = dict(state["fingerprint"])
     mine = dict(mine)
@@ -807,9 +809,9 @@ def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Pat
         f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
     )
 
-def _sha256(obj: Any) -> str:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _fingerprint_digest(fingerprint: Any) -> str:
+    """SHA-256 of the fingerprint's JSON (sorted keys, compact separators)."""
+    return sha256_bytes(json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode())
 
 
 # --------------------------------------------------------------------------- mixup
