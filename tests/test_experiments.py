@@ -221,6 +221,10 @@ def test_meta_config_fills_its_options_and_changes_the_hash() -> None:
     ({"loss": "focal", "meta": "sece"}, TypeError, "meta"),
     ({"loss": "focal", "meta": {"outr": "sece"}}, ValueError, "outr"),
     ({"loss": "ce", "meta": {}}, ValueError, "loss='focal'"),
+    ({"loss": "focal", "meta": {"learner": "l2"}}, ValueError, "loss='ce'"),
+    ({"loss": "ce", "meta": {"learner": "l2", "inner_params": "all"}}, ValueError,
+     "inner_params"),
+    ({"loss": "ce", "meta": {"learner": "lambda"}}, ValueError, r"\['learner'\]"),
     ({"loss": "focal", "loss_options": {"gamma": 3.0}, "meta": {}}, ValueError, "loss_options"),
     ({"loss": "focal", "meta": {"outer": "ece"}}, ValueError, r"\['outer'\]"),
     ({"loss": "focal", "meta": {"inner_reduction": "total"}}, ValueError,
@@ -238,7 +242,7 @@ def test_meta_config_errors(overrides, error, match) -> None:
 def test_make_trainer_picks_the_trainer_the_config_names() -> None:
     from calnotes.models import build_model
     from calnotes.training import MixupTrainer, Trainer
-    from calnotes.training.meta import MetaTrainer
+    from calnotes.training.meta import MetaCalibrationTrainer, MetaTrainer
 
     def build(**overrides):
         model = build_model("lenet5", 10, 1, 8)
@@ -252,6 +256,14 @@ def test_make_trainer_picks_the_trainer_the_config_names() -> None:
                                      "dece_form": "sharpened", "inner_lr": 0.2})
     assert (meta.outer, meta.inner_reduction, meta.dece_form, meta.inner_lr) == (
         "ce+0.5dece", "mean", "sharpened", 0.2)
+    calibration = build(loss="ce", meta={"learner": "l2", "outer": "dece"})
+    assert isinstance(calibration, MetaCalibrationTrainer)
+    assert calibration.outer == "dece" and calibration.fingerprint()["trainer"] == (
+        "meta-calibration")
+    # a step schedule's factor reaches a meta trainer as it does a plain one
+    stepped = build(loss="focal", meta={}, schedule="step", milestones=[0.5], lr_gamma=0.2,
+                    epochs=4)
+    assert (stepped.milestones, stepped.gamma) == ((2,), 0.2)
     mixup = build(loss="mixup", loss_options={"alpha": 0.4})
     assert isinstance(mixup, MixupTrainer) and mixup.alpha == 0.4
     plain = build(loss="focal", loss_options={"gamma": 2.0})
@@ -276,6 +288,15 @@ def test_train_run_of_a_meta_config_records_gamma(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="val_size"):
         experiment.train_run({**config, "val_size": 0}, device="cpu", progress=False)
+
+
+def test_train_run_of_meta_calibration_records_its_coefficients() -> None:
+    config = {"dataset": "digits", "model": "lenet5", "epochs": 1, "batch_size": 64,
+              "val_size": 300, "test_subset": 200, "loss": "ce",
+              "meta": {"learner": "l2", "outer": "dece", "meta_val_size": 200}}
+    result = experiment.train_run(config, device="cpu", progress=False)
+    assert "gamma_mean" not in result.history.columns
+    assert result.history["l2_std"][0] > 0 and result.test_logits.shape == (200, 10)
 
 
 def _outer_source(epoch, trainer, record) -> None:

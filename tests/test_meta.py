@@ -13,7 +13,14 @@ from torch import nn
 from calnotes.losses import RANKED_DECE, dece
 from calnotes.metrics import sece
 from calnotes.training import Trainer
-from calnotes.training.meta import GAMMA_FLOOR, OUTER_LOSSES, GammaNet, MetaTrainer
+from calnotes.training.meta import (
+    GAMMA_FLOOR,
+    OUTER_LOSSES,
+    GammaNet,
+    LearnableL2,
+    MetaCalibrationTrainer,
+    MetaTrainer,
+)
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -553,3 +560,121 @@ def test_cuda_amp_run() -> None:
     assert next(trainer.model.parameters()).is_cuda
     assert all(g > 0 for g in history["gamma_mean"])
     assert all(torch.isfinite(torch.tensor(v)) for v in history["outer_loss"])
+
+
+# --------------------------------------------------------------------------- Meta-Calibration
+
+
+def _double_l2_trainer(outer: str, **options) -> tuple[MetaCalibrationTrainer, tuple]:
+    """A float64 Meta-Calibration trainer whose coefficients are away from 0 (at 0 the
+    penalty's look-ahead gradient is still non-zero, but a test at a generic point is
+    stronger)."""
+    torch.manual_seed(4)
+    model = TinyNet().double()
+    trainer = MetaCalibrationTrainer(model, outer=outer, device="cpu", progress=False,
+                                     epochs=1, **options)
+    with torch.no_grad():
+        for coef in trainer.l2.parameters():
+            coef.copy_(0.5 * torch.randn_like(coef))
+    x, y = blobs(24, seed=5)
+    xv, yv = blobs(20, seed=6)
+    return trainer, (x.double(), y, xv.double(), yv)
+
+
+def test_learnable_l2_starts_at_zero_and_penalizes_each_head_parameter() -> None:
+    head = nn.Linear(5, 3)
+    l2 = LearnableL2(head)
+    assert [n for n, _ in l2.named_parameters()] == ["weight", "bias"]
+    assert all(torch.equal(c, torch.zeros_like(p)) for c, p in zip(l2.parameters(),
+                                                                     head.parameters()))
+    with torch.no_grad():
+        l2.weight.fill_(2.0)
+        l2.bias.copy_(torch.tensor([1.0, -1.0, 0.5]))
+    params = dict(head.named_parameters())
+    expected = (2.0 * head.weight**2).sum() + (l2.bias * head.bias**2).sum()
+    torch.testing.assert_close(l2.penalty(params), expected, rtol=1e-6, atol=0)
+    with pytest.raises(TypeError, match="head"):
+        LearnableL2(nn.Conv2d(1, 1, 1))
+
+
+@pytest.mark.parametrize(("outer", "options"), [
+    ("dece", {}),
+    ("ce+0.5dece", {}),
+    ("dece", {"inner_reduction": "mean"}),
+])
+def test_meta_calibration_hypergradient_matches_central_differences(outer, options) -> None:
+    trainer, batch = _double_l2_trainer(outer, **options)
+    _, hyper = trainer.hypergradient(*batch, inner_lr=INNER_LR)
+    eps = 1e-6
+    for coef, grad in zip(trainer.l2.parameters(), hyper, strict=True):
+        assert grad is not None
+        numeric = torch.zeros_like(coef)
+        flat = coef.data.view(-1)
+        for i in range(flat.numel()):
+            old = flat[i].item()
+            flat[i] = old + eps
+            up = trainer.hypergradient(*batch, inner_lr=INNER_LR)[0].item()
+            flat[i] = old - eps
+            down = trainer.hypergradient(*batch, inner_lr=INNER_LR)[0].item()
+            flat[i] = old
+            numeric.view(-1)[i] = (up - down) / (2 * eps)
+        assert numeric.abs().max() > 1e-8  # the check is not vacuous
+        # float64 central differences, as for gamma-Net above
+        torch.testing.assert_close(grad, numeric, rtol=1e-4, atol=1e-8)
+
+
+def test_meta_calibration_look_ahead_steps_on_the_summed_loss_plus_penalty() -> None:
+    trainer, (x, y, xv, yv) = _double_l2_trainer("dece")
+    feats, feats_v = trainer.model.features(x).detach(), trainer.model.features(xv).detach()
+    w, b = trainer.head.weight, trainer.head.bias
+    summed = (F.cross_entropy(feats @ w.t() + b, y, reduction="sum")
+              + (trainer.l2.weight * w**2).sum() + (trainer.l2.bias * b**2).sum())
+    gw, gb = torch.autograd.grad(summed, (w, b), create_graph=True)
+    expected = trainer.outer_loss(feats_v @ (w - INNER_LR * gw).t() + (b - INNER_LR * gb), yv)
+    value, hyper = trainer.hypergradient(x, y, xv, yv, inner_lr=INNER_LR)
+    want = torch.autograd.grad(expected, list(trainer.l2.parameters()))
+    # float64, the same terms in another order (a mean times B against a sum): ~1e-15
+    torch.testing.assert_close(value, expected.detach(), rtol=1e-9, atol=0)
+    for got, ref in zip(hyper, want, strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-15)
+
+
+def test_meta_calibration_real_step_descends_ce_plus_the_fixed_penalty() -> None:
+    torch.manual_seed(0)
+    model = TinyNet()
+    reference = copy.deepcopy(model)
+    trainer = MetaCalibrationTrainer(model, device="cpu", progress=False, epochs=1, lr=0.1,
+                                     momentum=0.9, weight_decay=5e-4)
+    with torch.no_grad():
+        trainer.l2.weight.fill_(3.0)
+        trainer.l2.bias.fill_(-1.0)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    for seed in (1, 2):
+        x, y = blobs(16, seed=seed)
+        loss, _ = trainer.real_step(x, y)
+        penalty = 3.0 * (reference.head.weight**2).sum() - (reference.head.bias**2).sum()
+        want = F.cross_entropy(reference(x), y) + penalty / 16
+        opt.zero_grad()
+        want.backward()
+        opt.step()
+        # the same float32 formula, terms summed in another order: a few ulps
+        torch.testing.assert_close(loss, want.detach(), rtol=1e-6, atol=1e-7)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    assert all(c.grad is None for c in trainer.l2.parameters())  # the real step leaves them
+
+
+def test_meta_calibration_fit_learns_coefficients_and_records_them() -> None:
+    torch.manual_seed(0)
+    trainer = MetaCalibrationTrainer(TinyNet(), **{**KW, "meta_lr": 0.05})
+    train, val = make_loaders()
+    history = trainer.fit(train, val, meta_loader=make_meta_loader())
+    assert "gamma_mean" not in history.columns
+    assert history["l2_mean"][-1] == pytest.approx(
+        float(torch.cat([c.detach().flatten() for c in trainer.l2.parameters()]).mean()))
+    assert history["l2_std"][-1] > 0  # the coefficients left 0, each its own way
+    assert trainer.fingerprint()["trainer"] == "meta-calibration"
+    with pytest.raises(ValueError, match="inner_params"):
+        MetaCalibrationTrainer(TinyNet(), inner_params="all", device="cpu")
+    with pytest.raises(ValueError, match="head"):
+        MetaCalibrationTrainer(nn.Linear(4, 3), device="cpu")

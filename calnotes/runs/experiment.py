@@ -29,6 +29,7 @@ from calnotes.training.meta import (
     INNER_REDUCTIONS,
     OUTER_LOSSES,
     GammaNet,
+    MetaCalibrationTrainer,
     MetaTrainer,
 )
 from calnotes.training.trainer import (
@@ -90,7 +91,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #: ``meta``: a dict of meta-regularization options (keys of :data:`META_OPTIONS`, all
 #: optional) trains with :class:`calnotes.training.meta.MetaTrainer`: a per-sample focal loss whose
 #: gamma a gamma-Net learns (FLgamma-SECE, or FLgamma-DECE with ``{"outer": "dece"}``).
-#: Such a run needs ``loss="focal"`` without options (gamma is learned, not set). Its
+#: Such a run needs ``loss="focal"`` without options (gamma is learned, not set). With
+#: ``{"learner": "l2"}`` it trains Meta-Calibration instead
+#: (:class:`~calnotes.training.meta.MetaCalibrationTrainer`: cross-entropy with a
+#: meta-learned L2 of the classifier head), which needs ``loss="ce"`` without options. Its
 #: outer batches come from a meta-validation split carved from the training split (see
 #: :func:`meta_validation_split`).
 #:
@@ -114,7 +118,8 @@ OPTIONAL_CONFIG: dict[str, Any] = {
 }
 
 #: Options of a ``meta`` config and their defaults (see
-#: :class:`~calnotes.training.meta.MetaTrainer`): the ``outer`` loss (``"sece"``,
+#: :class:`~calnotes.training.meta.MetaTrainer`): the meta-learned ``learner``
+#: (``"gamma-net"``, or ``"l2"`` for Meta-Calibration's L2 coefficients), the ``outer`` loss (``"sece"``,
 #: ``"sece+ce"``, ``"dece"``, ``"ce+0.5dece"``), gamma-Net ``heads`` and ``gamma_tau``, its
 #: Adam ``meta_lr``, the look-ahead's ``inner_params`` (``"head"``/``"all"``),
 #: ``inner_reduction`` (``"sum"``: one SGD step on the focal loss summed over the batch, as
@@ -127,6 +132,7 @@ OPTIONAL_CONFIG: dict[str, Any] = {
 #: paper's 8:1:1 split; ``0``: no such split, the outer batches come from the validation
 #: split as they did before this option existed).
 META_OPTIONS: dict[str, Any] = {
+    "learner": "gamma-net",
     "outer": "sece",
     "heads": 8,
     "gamma_tau": 1.0,
@@ -138,6 +144,11 @@ META_OPTIONS: dict[str, Any] = {
     "dece_form": "ranked",
     "meta_val_size": None,
 }
+
+#: What a meta run learns: ``"gamma-net"`` (per-sample focal gamma, the paper's) or
+#: ``"l2"`` (Meta-Calibration's L2 coefficients of the head) -- and the loss each needs.
+META_LEARNERS = ("gamma-net", "l2")
+_LEARNER_LOSS = {"gamma-net": "focal", "l2": "ce"}
 
 #: Losses that need their own trainer rather than a ``loss(logits, labels)`` callable.
 TRAINER_LOSSES = ("mixup",)
@@ -159,14 +170,15 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
 
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
 META_TYPES: dict[str, tuple[Any, ...]] = {
-    "outer": (str,), "heads": (int,), "gamma_tau": (float,), "meta_lr": (float,),
+    "learner": (str,), "outer": (str,), "heads": (int,), "gamma_tau": (float,), "meta_lr": (float,),
     "inner_params": (str,), "inner_reduction": (str,), "inner_lr": (float, None),
     "sece_bandwidth": (float,), "dece_form": (str,), "meta_val_size": (int, None),
 }
 
 #: The values a ``meta`` option that names a choice may take.
 META_CHOICES: dict[str, tuple[str, ...]] = {
-    "outer": OUTER_LOSSES, "inner_params": INNER_PARAMS, "inner_reduction": INNER_REDUCTIONS,
+    "learner": META_LEARNERS, "outer": OUTER_LOSSES, "inner_params": INNER_PARAMS,
+    "inner_reduction": INNER_REDUCTIONS,
     "dece_form": DECE_FORMS,
 }
 
@@ -312,15 +324,22 @@ def _check_meta(meta: Any, config: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"config['meta'] has unknown option(s) {unknown}; valid ones are {sorted(META_OPTIONS)}"
         )
-    if config["loss"] != "focal" or config["loss_options"]:
-        raise ValueError(
-            "a meta run learns a per-sample focal gamma: set loss='focal' and no loss_options, "
-            f"got loss={config['loss']!r} with loss_options={dict(config['loss_options'])}"
-        )
     out = {key: _canonical(value, META_TYPES[key], f"config['meta'][{key!r}]")
            for key, value in {**META_OPTIONS, **dict(meta)}.items()}
     for key, choices in META_CHOICES.items():
         check_choice(out[key], f"config['meta'][{key!r}]", choices)
+    loss = _LEARNER_LOSS[out["learner"]]
+    if config["loss"] != loss or config["loss_options"]:
+        what = ("a per-sample focal gamma" if out["learner"] == "gamma-net"
+                else "L2 coefficients for cross-entropy")
+        raise ValueError(
+            f"a meta run with learner {out['learner']!r} learns {what}: set loss={loss!r} and "
+            f"no loss_options, got loss={config['loss']!r} with "
+            f"loss_options={dict(config['loss_options'])}"
+        )
+    if out["learner"] == "l2" and out["inner_params"] != "head":
+        raise ValueError("config['meta']['inner_params'] must be 'head' with learner 'l2' "
+                         f"(its coefficients regularize the head), got {out['inner_params']!r}")
     if out["meta_val_size"] is not None and out["meta_val_size"] < 0:
         raise ValueError(
             f"config['meta']['meta_val_size'] must be >= 0 or None, got {out['meta_val_size']}")
@@ -578,20 +597,23 @@ def make_trainer(
     )
     if "milestones" in cfg:
         options["milestones"] = cfg["milestones"]
-    if "lr_gamma" in cfg:
-        options["gamma"] = cfg["lr_gamma"]
     if "meta" in cfg:
         if cfg["optimizer"] != "sgd":
             raise ValueError(f"a meta run trains the backbone with sgd, got {cfg['optimizer']!r}")
         meta = cfg["meta"]
+        if "lr_gamma" in cfg:
+            options["lr_decay"] = cfg["lr_gamma"]
+        common = dict(outer=meta["outer"], inner_params=meta["inner_params"],
+                      inner_reduction=meta["inner_reduction"], inner_lr=meta["inner_lr"],
+                      meta_lr=meta["meta_lr"], sece_bandwidth=meta["sece_bandwidth"],
+                      dece_form=meta["dece_form"], **options)
+        if meta["learner"] == "l2":
+            return MetaCalibrationTrainer(model, **common)
         in_features = cast(nn.Linear, model.head).in_features
         gamma_net = GammaNet(in_features, heads=meta["heads"], tau=meta["gamma_tau"])
-        return MetaTrainer(
-            model, gamma_net, outer=meta["outer"], inner_params=meta["inner_params"],
-            inner_reduction=meta["inner_reduction"], inner_lr=meta["inner_lr"],
-            meta_lr=meta["meta_lr"], sece_bandwidth=meta["sece_bandwidth"],
-            dece_form=meta["dece_form"], **options,
-        )
+        return MetaTrainer(model, gamma_net, **common)
+    if "lr_gamma" in cfg:
+        options["gamma"] = cfg["lr_gamma"]
     options["optimizer"] = cfg["optimizer"]
     if cfg["loss"] == "mixup":
         loss_options = dict(cfg["loss_options"])

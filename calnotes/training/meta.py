@@ -70,7 +70,7 @@ from calnotes.training.trainer import (
     eval_mode,
 )
 
-__all__ = ["GammaNet", "MetaTrainer", "GAMMA_FLOOR"]
+__all__ = ["GAMMA_FLOOR", "GammaNet", "LearnableL2", "MetaCalibrationTrainer", "MetaTrainer"]
 
 #: Added to every gamma so it is strictly positive even where ``x~ W = 0``.
 GAMMA_FLOOR = 1e-6
@@ -122,6 +122,27 @@ class GammaNet(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, heads={self.heads}, tau={self.tau}"
+
+
+class LearnableL2(nn.Module):
+    r"""Meta-Calibration's learnable L2 regularizer (Bohdal et al.'s ``learnable_l2``): one
+    coefficient :math:`\lambda_j` per parameter :math:`w_j` of the classifier ``head``, all 0
+    at the start, and the penalty :math:`\sum_j \lambda_j w_j^2` added to the training loss
+    *summed* over the batch. The coefficients are not clamped (as in their code), so a
+    coefficient may turn negative.
+    """
+
+    def __init__(self, head: nn.Linear) -> None:
+        super().__init__()
+        if not isinstance(head, nn.Linear):
+            raise TypeError(f"head must be an nn.Linear, got {type(head).__name__}")
+        for name, param in head.named_parameters():
+            self.register_parameter(name, nn.Parameter(torch.zeros_like(param.detach())))
+
+    def penalty(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        r""":math:`\sum_j \lambda_j w_j^2` over the head's parameters ``params`` (by name)."""
+        terms = [(coef * params[name].pow(2)).sum() for name, coef in self.named_parameters()]
+        return torch.stack(terms).sum()
 
 
 def _widen(t: torch.Tensor) -> torch.Tensor:
@@ -228,13 +249,15 @@ class MetaTrainer(Trainer):
             seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
             run_config=run_config,
         )
-        self.gamma_net = gamma_net.to(self.device)
+        #: The meta-learned module (gamma-Net here; the L2 coefficients of
+        #: :class:`MetaCalibrationTrainer`), trained by Adam on the hypergradient.
+        self.learner: nn.Module = gamma_net.to(self.device)
         #: The model's classifier head and feature extractor (typed views of the model's).
         self.head: nn.Linear = cast(nn.Linear, self.model.head)
         self.features: Callable[[torch.Tensor], torch.Tensor] = cast(
             Callable[[torch.Tensor], torch.Tensor], self.model.features)
         self._features = _Features(self.model)
-        meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
+        meta_params = self._meta_params()
         if not meta_params:
             raise ValueError("gamma_net has no trainable parameters")
         self.meta_optimizer = torch.optim.Adam(meta_params, lr=self.meta_lr)
@@ -257,8 +280,8 @@ class MetaTrainer(Trainer):
         return {
             **super().fingerprint(),
             "trainer": "meta",
-            "gamma_net": [[n, list(p.shape)] for n, p in self.gamma_net.named_parameters()],
-            "gamma_net_repr": repr(self.gamma_net),
+            "gamma_net": [[n, list(p.shape)] for n, p in self.learner.named_parameters()],
+            "gamma_net_repr": repr(self.learner),
             "outer": self.outer,
             "inner_params": self.inner_params,
             "inner_reduction": self.inner_reduction,
@@ -270,18 +293,53 @@ class MetaTrainer(Trainer):
 
     def _extra_state(self) -> dict[str, Any]:
         return {
-            "gamma_net": self.gamma_net.state_dict(),
+            "gamma_net": self.learner.state_dict(),
             "meta_optimizer": self.meta_optimizer.state_dict(),
             "meta_cycle": self.meta_cycle,
             "meta_position": self.meta_position,
         }
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self.gamma_net.load_state_dict(state["gamma_net"])
+        self.learner.load_state_dict(state["gamma_net"])
         self.meta_optimizer.load_state_dict(state["meta_optimizer"])
         self.meta_cycle = int(state["meta_cycle"])
         self.meta_position = int(state["meta_position"])
         self._meta_iter = None
+
+    @property
+    def gamma_net(self) -> nn.Module:
+        """The meta-learned module (:attr:`learner`), by its name in this trainer."""
+        return self.learner
+
+    def _meta_params(self) -> list[torch.Tensor]:
+        return [p for p in self.learner.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------ the learner's loss
+
+    def inner_loss(self, logits: torch.Tensor, labels: torch.Tensor, features: torch.Tensor,
+                   params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The training loss as the look-ahead differentiates it, in mean units (the batch
+        mean ``FL(z_i, y_i; gamma_i)``, ``gamma = gamma_net(features)``), differentiable in the
+        learner's parameters; ``params`` are the look-ahead's parameters (unused here)."""
+        return focal_loss(logits, labels, self.learner(features))
+
+    def real_loss(self, logits: torch.Tensor, labels: torch.Tensor,
+                  features: torch.Tensor) -> torch.Tensor:
+        """The real step's loss: :meth:`inner_loss` with the learner held fixed."""
+        with torch.no_grad():
+            gamma = self.learner(features)
+        return focal_loss(logits, labels, gamma)
+
+    def _learner_record(self, record: dict[str, Any]) -> None:
+        """gamma's mean and (population) std on the test samples (see the class doc)."""
+        if self._test_loader is not None:
+            gamma = self.predict_gamma(self._test_loader)
+        elif self._val_loader is not None:
+            gamma = self._val_gamma
+        else:
+            gamma = self.predict_gamma(cast(Iterable, self._meta_loader))
+        record["gamma_mean"] = float(gamma.mean())
+        record["gamma_std"] = float(gamma.std(correction=0))
 
     # ------------------------------------------------------------------ pieces of a step
 
@@ -336,10 +394,9 @@ class MetaTrainer(Trainer):
         gamma-Net parameter.
         """
         feats = self._detached_features(x) if features is None else features
-        gamma = self.gamma_net(feats)
         params = self._selected()
         if look_ahead:
-            inner = focal_loss(self._virtual_logits(params, x, feats), y, gamma)
+            inner = self.inner_loss(self._virtual_logits(params, x, feats), y, feats, params)
             grads = torch.autograd.grad(inner, list(params.values()), create_graph=True,
                                         allow_unused=True)
             step = inner_lr * (x.shape[0] if self.inner_reduction == "sum" else 1)
@@ -347,8 +404,7 @@ class MetaTrainer(Trainer):
                       for (n, p), g in zip(params.items(), grads, strict=True)}
         val_feats = self._detached_features(x_val) if self.inner_params == "head" else None
         outer = self.outer_loss(self._virtual_logits(params, x_val, val_feats), y_val)
-        meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
-        hyper = torch.autograd.grad(outer, meta_params, allow_unused=True)
+        hyper = torch.autograd.grad(outer, self._meta_params(), allow_unused=True)
         return outer.detach(), list(hyper)
 
     def _next_meta_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +451,7 @@ class MetaTrainer(Trainer):
             feats = self.features(x)
         detached = _widen(feats.detach())
         outer, hyper = self.hypergradient(x, y, x_val, y_val, inner_lr, features=detached)
-        meta_params = [p for p in self.gamma_net.parameters() if p.requires_grad]
+        meta_params = self._meta_params()
         self.meta_optimizer.zero_grad(set_to_none=True)
         for p, g in zip(meta_params, hyper, strict=True):
             p.grad = torch.zeros_like(p) if g is None else g
@@ -413,9 +469,7 @@ class MetaTrainer(Trainer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with _autocast(self.device, self.amp):
             logits = _widen(self.head(feats))
-        with torch.no_grad():
-            gamma = self.gamma_net(detached)
-        loss = focal_loss(logits, y, gamma)
+        loss = self.real_loss(logits, y, detached)
         self._optimizer_step(loss)
         return loss.detach(), logits.detach()
 
@@ -445,7 +499,7 @@ class MetaTrainer(Trainer):
         self._meta_loader = val_loader if meta_loader is None else meta_loader
         self._meta_iter = None  # rebuilt at (meta_cycle, meta_position): the same batches
         self._val_loader, self._test_loader = val_loader, test_loader
-        self.gamma_net.train()
+        self.learner.train()
         return super().fit(train_loader, val_loader)
 
     def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -466,14 +520,7 @@ class MetaTrainer(Trainer):
                 f"the outer loss diverged in epoch {record['epoch']}; lower meta_lr"
             )
         record["outer_loss"] = outer_sum / max(steps, 1)
-        if self._test_loader is not None:
-            gamma = self.predict_gamma(self._test_loader)
-        elif self._val_loader is not None:
-            gamma = self._val_gamma
-        else:
-            gamma = self.predict_gamma(cast(Iterable, self._meta_loader))
-        record["gamma_mean"] = float(gamma.mean())
-        record["gamma_std"] = float(gamma.std(correction=0))
+        self._learner_record(record)
 
     def validate(self, loader: Iterable) -> dict[str, float]:
         """:meth:`Trainer.validate`; without a test loader the same eval-mode forward also
@@ -491,7 +538,7 @@ class MetaTrainer(Trainer):
         """``(B, C + 1)``: the logits, then gamma, from one forward of the backbone."""
         feats = self.features(x)
         return torch.cat([_widen(self.head(feats)),
-                          self.gamma_net(_widen(feats)).unsqueeze(1)], dim=1)
+                          self.learner(_widen(feats)).unsqueeze(1)], dim=1)
 
     def predict_gamma(self, loader: Iterable) -> torch.Tensor:
         """gamma-Net's gamma ``(N,)`` (float32, on the CPU) for every sample of ``loader``,
@@ -500,3 +547,64 @@ class MetaTrainer(Trainer):
             both, _ = _collect_logits(self._logits_and_gamma, loader, self.device, amp=self.amp,
                                       channels_last=self.channels_last, name="loader")
         return both[:, -1].cpu()
+
+
+class MetaCalibrationTrainer(MetaTrainer):
+    r"""Meta-Calibration (Bohdal et al. 2021) in its first form, the meta-learning baseline
+    "CE-DECE" of Wang & Golebiowski: cross-entropy with a learnable unit-wise L2
+    regularizer of the classifier head (:class:`LearnableL2`), its coefficients
+    meta-learned so that one look-ahead step lowers DECE on meta-validation data.
+
+    In summed units (Bohdal et al.'s code) the training loss is
+    :math:`\sum_i \mathrm{CE}_i + \sum_j \lambda_j w_j^2`; here, in mean units,
+
+    .. math:: L(\theta, \lambda) = \frac1B \sum_i \mathrm{CE}(z_i, y_i)
+              + \frac1B \sum_j \lambda_j w_j^2,
+
+    so the look-ahead ``inner_reduction="sum"`` steps on exactly their loss and
+    ``"mean"`` on ``1/B`` of it. The look-ahead, the outer loss (default ``"dece"``, as
+    their code before 2023) and the Adam step of :math:`\lambda` are those of
+    :class:`MetaTrainer`; the real step descends :math:`L` with the updated, fixed
+    :math:`\lambda`. The look-ahead moves the head only (``inner_params="head"``). Per-epoch
+    records: those of :class:`MetaTrainer` with ``l2_mean`` and ``l2_std`` (population) of
+    the coefficients in place of gamma's statistics. Other arguments as
+    :class:`MetaTrainer`.
+    """
+
+    def __init__(self, model: nn.Module, *, outer: str = "dece", inner_params: str = "head",
+                 **options: Any) -> None:
+        head = getattr(model, "head", None)
+        if not isinstance(head, nn.Linear):
+            raise ValueError("model must have features(x) and an nn.Linear head")
+        check_choice(inner_params, "inner_params", ("head",))
+        super().__init__(model, LearnableL2(head), outer=outer, inner_params=inner_params,
+                         **options)
+
+    @property
+    def l2(self) -> LearnableL2:
+        """The learnable L2 coefficients."""
+        return cast(LearnableL2, self.learner)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**super().fingerprint(), "trainer": "meta-calibration"}
+
+    def inner_loss(self, logits: torch.Tensor, labels: torch.Tensor, features: torch.Tensor,
+                   params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``CE + penalty(params) / B``, differentiable in the coefficients."""
+        return F.cross_entropy(logits, labels) + self.l2.penalty(params) / labels.shape[0]
+
+    def real_loss(self, logits: torch.Tensor, labels: torch.Tensor,
+                  features: torch.Tensor) -> torch.Tensor:
+        """``CE + penalty(head) / B`` with the coefficients held fixed."""
+        fixed = {n: c.detach() for n, c in self.l2.named_parameters()}
+        penalty = sum((fixed[n] * p.pow(2)).sum() for n, p in self.head.named_parameters())
+        return F.cross_entropy(logits, labels) + penalty / labels.shape[0]
+
+    def _learner_record(self, record: dict[str, Any]) -> None:
+        coefs = torch.cat([c.detach().flatten() for c in self.l2.parameters()])
+        record["l2_mean"] = float(coefs.mean())
+        record["l2_std"] = float(coefs.std(correction=0))
+
+    def validate(self, loader: Iterable) -> dict[str, float]:
+        """:meth:`Trainer.validate` (there is no gamma to collect)."""
+        return Trainer.validate(self, loader)
