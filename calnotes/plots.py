@@ -243,3 +243,61 @@ def error_and_nll(
     if title:
         ax.set_title(title, pad=22 if legend else None)
     return ax, nll_ax
+
+
+def flow_diagram(
+    boxes: Mapping[str, tuple[float, float, str]],
+    arrows: Sequence[tuple[str, str, str, float]],
+    *,
+    ax: Axes | None = None,
+    colors: Mapping[str, str] | None = None,
+    fontsize: float = 8.0,
+) -> Axes:
+    """A diagram drawn by code: text boxes joined by labelled arrows.
+
+    ``boxes`` maps a name to ``(x, y, text)``, the box's centre in axes coordinates
+    ``[0, 1]^2``; ``arrows`` holds ``(from, to, label, bend)`` with ``bend`` the curvature
+    of the arrow (0: straight; positive bends to the left of its direction). ``colors``
+    gives some boxes a face colour. Arrows end at the boxes' edges; each label sits at its
+    arrow's middle. Returns the axes (without ticks or frame).
+    """
+    if not isinstance(boxes, Mapping) or not boxes:
+        raise ValueError("boxes must be a non-empty dict {name: (x, y, text)}")
+    ax = _axes(ax, figsize=(9.0, 5.0))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_axis_off()
+    colors = dict(colors or {})
+    unknown = sorted(set(colors) - set(boxes))
+    if unknown:
+        raise ValueError(f"colors names unknown box(es) {unknown}")
+    texts = {}
+    for name, spec in boxes.items():
+        if not (isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], str)):
+            raise TypeError(f"boxes[{name!r}] must be (x, y, text)")
+        x, y, text = spec
+        texts[name] = ax.text(x, y, text, ha="center", va="center", fontsize=fontsize,
+                              bbox={"boxstyle": "round,pad=0.4", "linewidth": 0.8,
+                                    "facecolor": colors.get(name, "white"),
+                                    "edgecolor": "0.3"}, zorder=3)
+    ax.figure.canvas.draw()  # the boxes' patches get their sizes, which the arrows clip to
+    for arrow in arrows:
+        if not (isinstance(arrow, tuple) and len(arrow) == 4):
+            raise TypeError(f"each arrow must be (from, to, label, bend), got {arrow!r}")
+        start, end, label, bend = arrow
+        for end_name in (start, end):
+            if end_name not in texts:
+                raise ValueError(f"arrow {arrow!r} names no box {end_name!r}")
+        (x0, y0), (x1, y1) = boxes[start][:2], boxes[end][:2]
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2, arrowprops={
+            "arrowstyle": "-|>", "color": "0.25", "linewidth": 1.0,
+            "patchA": texts[start].get_bbox_patch(), "patchB": texts[end].get_bbox_patch(),
+            "connectionstyle": f"arc3,rad={float(bend)}"})
+        if label:
+            # the middle of an arc3 curve: the chord's midpoint moved by bend/2 along its normal
+            mx, my = (x0 + x1) / 2 - bend * (y1 - y0) / 2, (y0 + y1) / 2 + bend * (x1 - x0) / 2
+            ax.text(mx, my, label, ha="center", va="center", fontsize=fontsize - 1,
+                    color="0.15", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
+                          "edgecolor": "none", "alpha": 0.85})
+    return ax

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from calnotes.book import notebook
+from calnotes.book.notebook import seed_verdict
 from calnotes.runs.experiment import default_config
 from calnotes.runs.store import RunStore
 
@@ -146,3 +147,18 @@ def test_two_accuracy_paths_agree_within_the_argmax_ties_bound():
     ties = notebook.argmax_ties(probs32)
     assert ties >= 400 - (top[:400] == 7).sum()
     assert abs(accuracy64 - accuracy32) <= ties / len(labels) + 1e-6
+
+
+def test_seed_verdict_reads_the_side_of_the_interval():
+    from calnotes.metrics import seed_interval
+
+    below = seed_interval([1.0, 1.1, 0.9], [3.0, 3.2, 2.9])  # a - b well below 0
+    assert below.high < 0
+    assert seed_verdict(below, "below") == "reproduces"
+    assert seed_verdict(below, "above") == "does not reproduce"
+    straddles = seed_interval([1.0, 2.0, 0.5], [1.2, 0.4, 2.1])
+    assert straddles.contains(0.0)
+    assert seed_verdict(straddles, "below") == seed_verdict(straddles, "above") == "partly"
+    assert seed_verdict(below, "above", value=-5.0) == "reproduces"  # against another value
+    with pytest.raises(ValueError, match="claimed"):
+        seed_verdict(below, "lower")

@@ -185,3 +185,34 @@ def test_error_and_nll_bad_input(args, error, match):
     with pytest.raises(error, match=match):
         plots.error_and_nll(*args)
     plt.close("all")
+
+
+def test_flow_diagram_draws_boxes_and_arrows_that_end_at_their_edges():
+    boxes = {"a": (0.2, 0.5, "train batch"), "b": (0.8, 0.5, "look-ahead"),
+             "c": (0.5, 0.15, "outer loss")}
+    arrows = [("a", "b", "step", 0.0), ("b", "c", "", 0.3), ("c", "a", "Adam", -0.2)]
+    ax = plots.flow_diagram(boxes, arrows, colors={"c": "#fde"})
+    texts = {t.get_text(): t for t in ax.texts}
+    assert {"train batch", "look-ahead", "outer loss", "step", "Adam"} <= set(texts)
+    assert texts["outer loss"].get_bbox_patch().get_facecolor()[:3] != (1.0, 1.0, 1.0)
+    annotations = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
+    assert len(annotations) == 3
+    # the straight arrow stops at the boxes, not at their centres
+    ax.figure.canvas.draw()
+    path = annotations[0].arrow_patch.get_path()
+    drawn = path.vertices[path.codes != path.CLOSEPOLY]
+    xs = ax.transData.inverted().transform(
+        annotations[0].arrow_patch.get_transform().transform(drawn))[:, 0]
+    assert 0.2 < xs.min() and xs.max() < 0.8
+    # the label of a straight arrow sits at its middle
+    assert texts["step"].get_position() == pytest.approx((0.5, 0.5))
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="names no box"):
+        plots.flow_diagram(boxes, [("a", "z", "", 0.0)])
+    with pytest.raises(ValueError, match="colors"):
+        plots.flow_diagram(boxes, [], colors={"z": "red"})
+    with pytest.raises(TypeError, match="arrow"):
+        plots.flow_diagram(boxes, [("a", "b")])
+    with pytest.raises(ValueError, match="boxes"):
+        plots.flow_diagram({}, [])
+    plt.close("all")

@@ -13,7 +13,7 @@ from calnotes.training import seed_everything, select_device
 
 __all__ = [
     "CLAIMS_MIME", "CLAIM_COLUMNS", "VERDICTS", "Claims", "argmax_ties", "changed_parameters",
-    "chapter_run", "glue", "glue_claims", "setup_chapter",
+    "chapter_run", "glue", "glue_claims", "seed_verdict", "setup_chapter",
 ]
 
 
@@ -93,6 +93,24 @@ def glue_claims(name: str, rows: list[dict[str, str]]) -> None:
     table = _GluedTable(clean, CLAIM_COLUMNS)
     display(HTML(table._repr_html_()))
     myst_glue(name, table, display=False)
+
+
+def seed_verdict(interval: Any, claimed: str, value: float = 0.0) -> str:
+    """The verdict an interval of a difference (e.g. a
+    :class:`~calnotes.metrics.SeedInterval` over training seeds) gives a claim that the
+    difference lies ``claimed`` (``"below"`` or ``"above"``) ``value``: ``"reproduces"``
+    when the whole interval lies on the claimed side (beyond the seed spread),
+    ``"does not reproduce"`` when it lies wholly on the other side, and ``"partly"`` when it
+    contains ``value``: the evidence leaves the claim open, and must state the interval."""
+    if claimed not in ("below", "above"):
+        raise ValueError(f"claimed must be 'below' or 'above', got {claimed!r}")
+    low, high = float(interval.low), float(interval.high)
+    if not low <= high:
+        raise ValueError(f"interval must have low <= high, got [{low}, {high}]")
+    below, above = high < value, low > value
+    if below or above:
+        return "reproduces" if below == (claimed == "below") else "does not reproduce"
+    return "partly"
 
 
 def glue(name: str, value: Any) -> None:
