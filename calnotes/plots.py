@@ -257,7 +257,8 @@ def flow_diagram(
 
     ``boxes`` maps a name to ``(x, y, text)``, the box's centre in axes coordinates
     ``[0, 1]^2``; ``arrows`` holds ``(from, to, label, bend)`` with ``bend`` the curvature
-    of the arrow (0: straight; positive bends to the left of its direction). ``colors``
+    of the arrow (0: straight; positive bends it to the right of its direction, as
+    matplotlib's ``arc3``). ``colors``
     gives some boxes a face colour. Arrows end at the boxes' edges; each label sits at its
     arrow's middle. Returns the axes (without ticks or frame).
     """
@@ -289,13 +290,16 @@ def flow_diagram(
             if end_name not in texts:
                 raise ValueError(f"arrow {arrow!r} names no box {end_name!r}")
         (x0, y0), (x1, y1) = boxes[start][:2], boxes[end][:2]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=2, arrowprops={
-            "arrowstyle": "-|>", "color": "0.25", "linewidth": 1.0,
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=3.5, arrowprops={
+            "arrowstyle": "-|>", "facecolor": "0.25", "edgecolor": "0.25", "linewidth": 1.0,
             "patchA": texts[start].get_bbox_patch(), "patchB": texts[end].get_bbox_patch(),
             "connectionstyle": f"arc3,rad={float(bend)}"})
         if label:
-            # the middle of an arc3 curve: the chord's midpoint moved by bend/2 along its normal
-            mx, my = (x0 + x1) / 2 - bend * (y1 - y0) / 2, (y0 + y1) / 2 + bend * (x1 - x0) / 2
+            # the middle of an arc3 curve: the chord's midpoint moved by bend/2 times the
+            # chord turned clockwise, in display units (the axes need not be square)
+            width, height = ax.bbox.width, ax.bbox.height
+            mx = (x0 + x1) / 2 + bend / 2 * (y1 - y0) * height / width
+            my = (y0 + y1) / 2 - bend / 2 * (x1 - x0) * width / height
             ax.text(mx, my, label, ha="center", va="center", fontsize=fontsize - 1,
                     color="0.15", zorder=4,
                     bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",

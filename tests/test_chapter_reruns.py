@@ -19,7 +19,7 @@ RERUNS = {
            "WEIGHT_DECAYS": [0.0, 0.02]},
     "03": {"POSITIVE_CLASS": 3, "DEEP_MODEL": "resnet8"},
     "04": {"OOD_SETS": ["mnist", "gaussian"], "TAU": 0.1},
-    "05": {"MODEL": "resnet8", "BIN_COUNTS": [10, 100]},
+    "05": {"BIN_COUNTS": [10, 100], "MIN_VAL_ECE": 0.0},
 }
 
 

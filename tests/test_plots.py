@@ -204,8 +204,14 @@ def test_flow_diagram_draws_boxes_and_arrows_that_end_at_their_edges():
     xs = ax.transData.inverted().transform(
         annotations[0].arrow_patch.get_transform().transform(drawn))[:, 0]
     assert 0.2 < xs.min() and xs.max() < 0.8
-    # the label of a straight arrow sits at its middle
+    # the label of a straight arrow sits at its middle; a bent arrow's at its curve's middle
     assert texts["step"].get_position() == pytest.approx((0.5, 0.5))
+    bent = annotations[2].arrow_patch.get_path()
+    curve = ax.transData.inverted().transform(annotations[2].arrow_patch.get_transform()
+                                              .transform(bent.vertices[:3]))
+    middle = (curve[0] + 2 * curve[1] + curve[2]) / 4  # of the clipped quadratic curve
+    label = np.array(texts["Adam"].get_position())
+    assert np.linalg.norm(label - middle) < 0.05  # clipping at the boxes moves it a little
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="names no box"):
         plots.flow_diagram(boxes, [("a", "z", "", 0.0)])
@@ -215,4 +221,16 @@ def test_flow_diagram_draws_boxes_and_arrows_that_end_at_their_edges():
         plots.flow_diagram(boxes, [("a", "b")])
     with pytest.raises(ValueError, match="boxes"):
         plots.flow_diagram({}, [])
+    plt.close("all")
+
+
+def test_flow_diagram_arrows_keep_their_colour_under_a_style_with_white_patch_edges():
+    # seaborn's themes force white patch edges, which hid the filled arrow heads
+    with plt.rc_context({"patch.force_edgecolor": True, "patch.edgecolor": "w"}):
+        ax = plots.flow_diagram({"a": (0.2, 0.5, "A"), "b": (0.8, 0.5, "B")},
+                                [("a", "b", "", 0.0)])
+        ax.figure.canvas.draw()
+    arrow = next(c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation))
+    assert arrow.arrow_patch.get_edgecolor()[:3] == pytest.approx((0.25, 0.25, 0.25))
+    assert arrow.arrow_patch.get_facecolor()[:3] == pytest.approx((0.25, 0.25, 0.25))
     plt.close("all")

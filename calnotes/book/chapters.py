@@ -326,8 +326,12 @@ def run_chapter(
     *,
     prepare_only: bool = False,
     progress: bool = True,
+    log_output: bool = False,
 ) -> Path:
-    """Execute one chapter with papermill; returns the path of the output notebook."""
+    """Execute one chapter with papermill; returns the path of the output notebook.
+
+    ``log_output`` sends what the cells print to the ``papermill`` logger as it happens
+    (for long runs followed in a log file)."""
     import papermill
 
     path = resolve_chapter(name)
@@ -341,6 +345,7 @@ def run_chapter(
     papermill.execute_notebook(
         notebook, str(out_path), parameters=params, cwd=str(path.parent),
         kernel_name="python3", prepare_only=prepare_only, progress_bar=progress,
+        log_output=log_output,
     )
     return out_path
 
