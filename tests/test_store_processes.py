@@ -183,3 +183,35 @@ def test_a_training_killed_mid_epoch_resumes_exactly(tmp_path: Path) -> None:
     assert torch.equal(resumed.test_logits, full.test_logits)
     assert torch.equal(resumed.val_logits, full.val_logits)
     assert resumed.metrics == full.metrics
+
+
+def _tiny(seed: int) -> dict:
+    return default_config(dataset="digits", model="lenet5", epochs=1, batch_size=64,
+                          val_size=200, test_subset=100, seed=seed)
+
+
+def test_compute_runs_trains_the_missing_runs_in_worker_processes(tmp_path: Path,
+                                                                  capsys) -> None:
+    from calnotes.runs.store import compute_runs
+
+    store = RunStore(tmp_path / "results")
+    load_or_run(_tiny(0), store=store, checkpoint_root=tmp_path / "ckpt", device="cpu",
+                progress=False)
+    configs = [_tiny(0), _tiny(1), _tiny(2), _tiny(1)]  # one stored, one given twice
+    trained = compute_runs(configs, label="test", workers=2, store=store,
+                           checkpoint_root=tmp_path / "ckpt", device="cpu")
+    assert trained == 2
+    printed = capsys.readouterr().out
+    for seed in (1, 2):
+        run = store.load(_tiny(seed))
+        assert run.provenance["label"] == "test"
+        assert run.provenance["cpu_threads"] == 1  # one intra-op thread per worker
+        assert run.path.name in printed
+    assert compute_runs(configs, workers=2, store=store, device="cpu") == 0  # all stored
+    # the same runs as one process trains them (the workers change nothing but the speed)
+    alone = RunStore(tmp_path / "alone")
+    assert compute_runs([_tiny(1)], workers=1, store=alone, checkpoint_root=tmp_path / "c2",
+                        device="cpu") == 1
+    assert torch.equal(alone.load(_tiny(1)).test_logits, store.load(_tiny(1)).test_logits)
+    with pytest.raises(ValueError, match="workers"):
+        compute_runs(configs, workers=0, store=store)
