@@ -585,8 +585,8 @@ def test_learnable_l2_starts_at_zero_and_penalizes_each_head_parameter() -> None
     head = nn.Linear(5, 3)
     l2 = LearnableL2(head)
     assert [n for n, _ in l2.named_parameters()] == ["weight", "bias"]
-    assert all(torch.equal(c, torch.zeros_like(p)) for c, p in zip(l2.parameters(),
-                                                                     head.parameters()))
+    assert all(torch.equal(c, torch.zeros_like(p))
+               for c, p in zip(l2.parameters(), head.parameters(), strict=True))
     with torch.no_grad():
         l2.weight.fill_(2.0)
         l2.bias.copy_(torch.tensor([1.0, -1.0, 0.5]))

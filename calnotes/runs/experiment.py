@@ -119,9 +119,10 @@ OPTIONAL_CONFIG: dict[str, Any] = {
 
 #: Options of a ``meta`` config and their defaults (see
 #: :class:`~calnotes.training.meta.MetaTrainer`): the meta-learned ``learner``
-#: (``"gamma-net"``, or ``"l2"`` for Meta-Calibration's L2 coefficients), the ``outer`` loss (``"sece"``,
-#: ``"sece+ce"``, ``"dece"``, ``"ce+0.5dece"``), gamma-Net ``heads`` and ``gamma_tau``, its
-#: Adam ``meta_lr``, the look-ahead's ``inner_params`` (``"head"``/``"all"``),
+#: (``"gamma-net"``, or ``"l2"`` for Meta-Calibration's L2 coefficients), the ``outer``
+#: loss (``"sece"``, ``"sece+ce"``, ``"dece"``, ``"ce+0.5dece"``), gamma-Net ``heads`` and
+#: ``gamma_tau``, its Adam ``meta_lr``, the look-ahead's ``inner_params``
+#: (``"head"``/``"all"``),
 #: ``inner_reduction`` (``"sum"``: one SGD step on the focal loss summed over the batch, as
 #: Bohdal et al.'s code; ``"mean"``: on its batch mean, a step batch-size times smaller) and
 #: ``inner_lr`` (``None``: the backbone's current learning rate), the SECE kernel's

@@ -200,7 +200,7 @@ class MetaTrainer(Trainer):
     def __init__(
         self,
         model: nn.Module,
-        gamma_net: GammaNet,
+        gamma_net: nn.Module,
         *,
         outer: str = "sece",
         inner_params: str = "head",
