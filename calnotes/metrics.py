@@ -896,8 +896,24 @@ def calibration_report(
 # --------------------------------------------------------------------------- bootstrap
 
 
+class _Interval:
+    """What an interval ``estimate [low, high]`` says and how it prints (for dataclasses
+    with those fields)."""
+
+    estimate: float
+    low: float
+    high: float
+
+    def contains(self, value: float) -> bool:
+        """``low <= value <= high``."""
+        return self.low <= value <= self.high
+
+    def __format__(self, spec: str) -> str:
+        return f"{self.estimate:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
 @dataclass(frozen=True)
-class BootstrapInterval:
+class BootstrapInterval(_Interval):
     """A statistic of the test samples and its percentile bootstrap interval.
 
     ``estimate`` is the statistic on all N samples; ``low`` and ``high`` are the
@@ -912,22 +928,15 @@ class BootstrapInterval:
     level: float
     n_boot: int
 
-    def contains(self, value: float) -> bool:
-        """``low <= value <= high``."""
-        return self.low <= value <= self.high
-
     def scaled(self, factor: float) -> BootstrapInterval:
         """The same interval with ``estimate``, ``low`` and ``high`` times ``factor`` > 0."""
         factor = check_positive_float(factor, "factor")
         return BootstrapInterval(self.estimate * factor, self.low * factor,
                                  self.high * factor, self.level, self.n_boot)
 
-    def __format__(self, spec: str) -> str:
-        return f"{self.estimate:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
-
 
 @dataclass(frozen=True)
-class SeedInterval:
+class SeedInterval(_Interval):
     """A mean over training seeds (or a difference of two such means) and its t interval.
 
     ``format(iv, ".2f")`` writes ``"1.23 [0.98, 1.50]"``; :meth:`excludes` says whether the
@@ -941,16 +950,9 @@ class SeedInterval:
     level: float
     dof: float
 
-    def contains(self, value: float) -> bool:
-        """``low <= value <= high``."""
-        return self.low <= value <= self.high
-
     def excludes(self, value: float) -> bool:
         """``value`` lies outside ``[low, high]``."""
         return not self.contains(value)
-
-    def __format__(self, spec: str) -> str:
-        return f"{self.estimate:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
 
 
 def _seed_values(x: Any, name: str) -> np.ndarray:

@@ -18,7 +18,8 @@ RERUNS = {
     "02": {"MODEL": "resnet8", "DEPTHS": [8, 14], "WIDTHS": [8, 16],
            "WEIGHT_DECAYS": [0.0, 0.02]},
     "03": {"POSITIVE_CLASS": 3, "DEEP_MODEL": "resnet8"},
-    "04": {"OOD_SETS": ["mnist", "gaussian"], "TAU": 0.1},
+    "04": {"OOD_SETS": ["mnist", "letters"], "NOISE_SETS": ["uniform"], "TAUS": [0.1, 1.0],
+           "REVERSE": False},
     "05": {"BIN_COUNTS": [10, 100], "MIN_VAL_ECE": 0.0},
 }
 

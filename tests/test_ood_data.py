@@ -234,3 +234,49 @@ def test_real_mnist_against_real_fashion_mnist_when_cached() -> None:
     out = ood_images("mnist", _like("fashion_mnist"), n=1000, download=False)
     assert out.shape == (1000, 1, 28, 28)
     assert abs(out.double().mean().item() / 255 - 0.1325) < 0.02  # MNIST test mean
+
+
+# sizes at which float32 torch kernels gave other bytes under ATEN_CPU_CAPABILITY=default
+_DIGESTS = """
+import hashlib, torch
+from calnotes.data import gaussian_noise_images, match_images
+from calnotes.data.sources import _load_digits
+digits = _load_digits()[1].images
+x = (torch.arange(2 * 3 * 8 * 8) * 37 % 256).to(torch.uint8).view(2, 3, 8, 8)
+for out in (gaussian_noise_images(2000, (1, 28, 28), seed=0), match_images(digits, 1, 28),
+            match_images(x, 1, 28), match_images(x, 3, 28), match_images(x, 1, 5)):
+    print(hashlib.sha256(out.numpy().tobytes()).hexdigest())
+"""
+
+
+def test_noise_and_resized_images_are_the_same_with_any_cpu_kernels():
+    """Their bytes key stored logits: the generic kernels give the vectorized ones' bytes."""
+    import os
+    import subprocess
+    import sys
+
+    def digests(**env):
+        done = subprocess.run([sys.executable, "-c", _DIGESTS], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=120, check=True)
+        return done.stdout.split()
+
+    vectorized, generic = digests(), digests(ATEN_CPU_CAPABILITY="default")
+    assert len(vectorized) == 5 and vectorized == generic
+
+
+def test_gaussian_noise_images_are_numpys_pcg64_normals_rounded():
+    from calnotes.data import gaussian_noise_images
+
+    z = np.random.default_rng(5).standard_normal((3, 1, 4, 4))
+    expected = np.clip(np.rint(128 + 64 * z), 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(gaussian_noise_images(3, (1, 4, 4), seed=5).numpy(), expected)
+
+
+def test_match_images_rounds_exact_ties_half_to_even():
+    from calnotes.data import match_images
+
+    # 1x2 -> 1x4 bilinear (align_corners=False): the middle pixels are 3/4 a + 1/4 b, exact
+    x = torch.tensor([[[[0, 2], [0, 2]]]], dtype=torch.uint8)  # a ramp 0 -> 2
+    out = match_images(x, 1, 4)
+    # columns: 0, 0.5, 1.5, 2 -> 0, 0, 2, 2 (half to even), the same in every row
+    assert out[0, 0, 0].tolist() == [0, 0, 2, 2]

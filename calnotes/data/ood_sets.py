@@ -51,14 +51,15 @@ def _check_image_shape(shape: Any) -> tuple[int, int, int]:
 def gaussian_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
     """``n`` Gaussian-noise images, uint8 ``(n, C, H, W)`` on the CPU.
 
-    Pixels are ``clip(round(128 + 64 z), 0, 255)`` with ``z ~ N(0, 1)`` i.i.d., drawn from a
-    generator seeded with ``seed``.
+    Pixels are ``clip(round(128 + 64 z), 0, 255)`` with ``z ~ N(0, 1)`` i.i.d., drawn in
+    float64 by numpy's PCG64 generator seeded with ``seed``: the same images on every CPU
+    (torch's vectorized normal sampler rounds differently on different instruction sets).
     """
     n = check_positive_int(n, "n")
     c, h, w = _check_image_shape(shape)
-    gen = torch.Generator().manual_seed(check_positive_int(seed, "seed", minimum=0))
-    z = torch.randn((n, c, h, w), generator=gen, dtype=torch.float32)
-    return (128.0 + 64.0 * z).round().clamp(0, 255).to(torch.uint8)
+    rng = np.random.default_rng(check_positive_int(seed, "seed", minimum=0))
+    z = rng.standard_normal((n, c, h, w))
+    return torch.from_numpy(np.clip(np.rint(128.0 + 64.0 * z), 0, 255).astype(np.uint8))
 
 
 def uniform_noise_images(n: int, shape: tuple[int, int, int], seed: int = 0) -> torch.Tensor:
@@ -125,6 +126,11 @@ def match_images(images: torch.Tensor, channels: int, size: int) -> torch.Tensor
     ``0.299 R + 0.587 G + 0.114 B``. A different size is reached by bilinear resampling
     (with antialiasing when shrinking). Values are rounded and clipped to 0..255; images
     that already match are returned unchanged.
+
+    The arithmetic is float64, and values are rounded to 6 decimals before the rounding to
+    integers (half to even): an exact tie such as 3.5, computed as 3.4999999999999996 by
+    one CPU's kernels and 3.5 by another's, then rounds the same way everywhere, so the
+    images, and the digests that key their stored logits, do not depend on the CPU.
     """
     x, _ = as_tensor(images, "images")
     if x.dtype != torch.uint8 or x.ndim != 4:
@@ -137,16 +143,17 @@ def match_images(images: torch.Tensor, channels: int, size: int) -> torch.Tensor
         )
     if x.shape[1] == channels and x.shape[2] == x.shape[3] == size:
         return x
-    f = x.float()
+    f = x.double()
     if x.shape[1] == 1 and channels == 3:
         f = f.expand(-1, 3, -1, -1)
     elif x.shape[1] == 3 and channels == 1:
-        f = (f * torch.tensor(_LUMA).view(1, 3, 1, 1)).sum(dim=1, keepdim=True)
+        f = (f * torch.tensor(_LUMA, dtype=torch.float64).view(1, 3, 1, 1)).sum(
+            dim=1, keepdim=True)
     if f.shape[2] != size or f.shape[3] != size:
         shrink = size < max(f.shape[2], f.shape[3])
         f = F.interpolate(f, size=(size, size), mode="bilinear", align_corners=False,
                           antialias=shrink)
-    return f.round().clamp(0, 255).to(torch.uint8).contiguous()
+    return f.round(decimals=6).round().clamp(0, 255).to(torch.uint8).contiguous()
 
 
 def ood_images(
