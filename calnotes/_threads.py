@@ -9,9 +9,11 @@ six other busy processes a ResNet-20 step took 5x longer with 2 threads than wit
 
 Policy (:func:`auto_threads`): the CPUs this process may use (affinity mask and cgroup
 quota) times the share of CPU time that other processes left free during a short sample
-of ``/proc/stat``, rounded, at least 1 and at most torch's default. On a busy 2-core
-machine that is 1; on an idle one 2; on an idle 64-core machine torch's default. Where
-``/proc/stat`` is missing (not Linux) the 1-minute load average stands in.
+of ``/proc/stat``, rounded, at least 1 and at most torch's default and the process's
+current setting (a worker process pinned to one thread with ``torch.set_num_threads(1)``
+stays at one, even if it samples an idle machine before its siblings start). On a busy
+2-core machine that is 1; on an idle one 2; on an idle 64-core machine torch's default.
+Where ``/proc/stat`` is missing (not Linux) the 1-minute load average stands in.
 """
 
 from __future__ import annotations
@@ -82,14 +84,15 @@ _last_answer: tuple[float, int] | None = None
 
 def auto_threads(window: float = 0.1) -> int:
     """The policy above: the usable CPUs times the share of CPU time others leave free,
-    rounded, clamped to ``[1, torch default]``."""
+    rounded, clamped to ``[1, min(torch default, torch.get_num_threads())]``."""
     global _last_answer
     now = time.monotonic()
     if _last_answer is not None and now - _last_answer[0] < AUTO_THREADS_TTL:
         return _last_answer[1]
     cpus = usable_cpus()
     free = cpus * (1.0 - busy_share_of_others(window))
-    answer = max(1, min(TORCH_DEFAULT_THREADS, cpus, math.floor(free + 0.5)))
+    cap = min(TORCH_DEFAULT_THREADS, torch.get_num_threads())
+    answer = max(1, min(cap, cpus, math.floor(free + 0.5)))
     _last_answer = (now, answer)
     return answer
 

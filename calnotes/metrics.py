@@ -70,6 +70,7 @@ __all__ = [
     "error",
     "mce",
     "nll",
+    "one_vs_rest_errors",
     "probs_from_logits",
     "reliability_bins",
     "sece",
@@ -839,6 +840,36 @@ def error(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
     _, correct, dtype, from_numpy = _top_label_checked(probs, labels)
     value = 1.0 - correct.to(_acc_dtype(correct.device)).mean()
     return _scalar(value, dtype, from_numpy)
+
+
+def one_vs_rest_errors(probs: ArrayLike, labels: ArrayLike) -> pd.DataFrame:
+    r"""The errors of a ``C``-class prediction :math:`\hat y_i = \arg\max_k p_{ik}` read as
+    ``C`` one-vs-rest problems "is it ``k``?".
+
+    One row per class ``k``: ``positives`` :math:`\#\{y_i = k\}`, ``missed``
+    :math:`\#\{y_i = k, \hat y_i \ne k\}`, ``false_alarms``
+    :math:`\#\{y_i \ne k, \hat y_i = k\}`, their sum ``errors`` (the errors of "``k`` vs
+    not-``k``"), and ``confused_with``, the class that takes part most often in those
+    errors (the prediction of a missed ``k`` or the label of a false alarm; ties to the
+    smaller class; -1 without errors). Every misclassified sample counts in two rows.
+    """
+    p, y, _ = _prepare(probs, labels)
+    n_classes = p.shape[1]
+    pred = p.argmax(dim=1).cpu().numpy()
+    true = y.cpu().numpy()
+    # pairs[a, b]: samples of label a predicted as b
+    pairs = np.bincount(true * n_classes + pred, minlength=n_classes * n_classes).reshape(
+        n_classes, n_classes)
+    np.fill_diagonal(pairs, 0)
+    between = pairs + pairs.T  # errors that involve both a and b, in either direction
+    missed, false_alarms = pairs.sum(axis=1), pairs.sum(axis=0)
+    return pd.DataFrame({
+        "positives": np.bincount(true, minlength=n_classes),
+        "missed": missed,
+        "false_alarms": false_alarms,
+        "errors": missed + false_alarms,
+        "confused_with": np.where(between.sum(axis=1) > 0, between.argmax(axis=1), -1),
+    }, index=pd.RangeIndex(n_classes, name="class"))
 
 
 def calibration_report(

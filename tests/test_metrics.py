@@ -1200,3 +1200,35 @@ def test_seed_interval_rejects_fewer_than_two_seeds_and_bad_levels():
         seed_interval([0.1, 0.2], [float("nan"), 0.1])
     with pytest.raises(ValueError, match="level"):
         seed_interval([0.1, 0.2], level=1.0)
+
+
+class TestOneVsRestErrors:
+    def test_counts_by_hand(self):
+        # labels 0 0 1 2 2 2, predictions 0 1 1 2 0 1
+        labels = np.array([0, 0, 1, 2, 2, 2])
+        probs = np.eye(3)[[0, 1, 1, 2, 0, 1]]
+        table = M.one_vs_rest_errors(probs, labels)
+        assert table["positives"].tolist() == [2, 1, 3]
+        assert table["missed"].tolist() == [1, 0, 2]
+        assert table["false_alarms"].tolist() == [1, 2, 0]
+        assert table["errors"].tolist() == [2, 2, 2]
+        # class 0's errors: one with 1 and one with 2, a tie to the smaller class; class 1's
+        # two with 0 and 2 likewise; class 2's with 0 and 1
+        assert table["confused_with"].tolist() == [1, 0, 0]
+
+    def test_agrees_with_a_binarized_error_count(self):
+        gen = torch.Generator().manual_seed(3)
+        probs = torch.softmax(torch.randn(500, 6, generator=gen, dtype=torch.float64), 1)
+        labels = torch.randint(0, 6, (500,), generator=gen)
+        table = M.one_vs_rest_errors(probs, labels)
+        pred = probs.argmax(1)
+        for k in range(6):
+            assert table.loc[k, "errors"] == int(((labels == k) != (pred == k)).sum())
+        # every misclassified sample counts in two rows
+        assert table["errors"].sum() == 2 * int((pred != labels).sum())
+
+    def test_no_errors_and_bad_input(self):
+        table = M.one_vs_rest_errors(np.eye(3), np.arange(3))
+        assert table["confused_with"].tolist() == [-1, -1, -1]
+        with pytest.raises(ValueError, match="labels"):
+            M.one_vs_rest_errors(np.eye(3), np.array([0, 1, 5]))

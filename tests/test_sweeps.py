@@ -219,6 +219,7 @@ def test_runner_trains_each_distinct_config_once_and_passes_its_options() -> Non
     cost = runner.cost()
     assert len(cost) == 3 and (cost["seconds"] == 12.5).all()
     assert list(cost.columns[:2]) == ["config_hash", "model"]
+    assert cost["seed"].tolist() == [default_config()["seed"]] * 3  # each run names its seed
     assert "3 runs" in repr(runner)
 
 

@@ -35,7 +35,19 @@ def test_auto_threads_policy(monkeypatch, cpus, busy, default, expected) -> None
     monkeypatch.setattr(T, "usable_cpus", lambda: cpus)
     monkeypatch.setattr(T, "busy_share_of_others", lambda window=0.1: busy)
     monkeypatch.setattr(T, "TORCH_DEFAULT_THREADS", default)
-    assert T.auto_threads() == expected
+    with T.cpu_threads(default):  # the process at torch's default
+        assert T.auto_threads() == expected
+
+
+def test_auto_threads_never_exceed_the_process_setting(monkeypatch) -> None:
+    monkeypatch.setattr(T, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(T, "busy_share_of_others", lambda window=0.1: 0.0)  # idle machine
+    monkeypatch.setattr(T, "TORCH_DEFAULT_THREADS", 2)
+    with T.cpu_threads(1):  # as a worker process pinned to one thread
+        assert T.auto_threads() == 1
+    monkeypatch.setattr(T, "_last_answer", None)
+    with T.cpu_threads(2):
+        assert T.auto_threads() == 2
 
 
 def test_auto_threads_answers_from_its_last_sample_for_a_while(monkeypatch) -> None:
@@ -43,10 +55,11 @@ def test_auto_threads_answers_from_its_last_sample_for_a_while(monkeypatch) -> N
     monkeypatch.setattr(T, "usable_cpus", lambda: 2)
     monkeypatch.setattr(T, "TORCH_DEFAULT_THREADS", 2)
     monkeypatch.setattr(T, "busy_share_of_others", lambda window=0.1: next(shares))
-    assert T.auto_threads() == 1
-    assert T.auto_threads() == 1  # cached: the second share is not read
-    monkeypatch.setattr(T, "AUTO_THREADS_TTL", 0.0)
-    assert T.auto_threads() == 2
+    with T.cpu_threads(2):
+        assert T.auto_threads() == 1
+        assert T.auto_threads() == 1  # cached: the second share is not read
+        monkeypatch.setattr(T, "AUTO_THREADS_TTL", 0.0)
+        assert T.auto_threads() == 2
 
 
 def test_cpu_threads_sets_and_restores_even_after_an_error() -> None:

@@ -104,7 +104,7 @@ def describe_run(run: Any) -> dict[str, Any]:
     """One flat row describing a run (a :class:`~calnotes.runs.store.StoredRun` or alike).
 
     Keys: ``model``, ``model_options`` (as ``"k=v, ..."``, empty for the defaults),
-    ``weight_decay``, ``schedule``, ``epochs``, ``train_subset``; ``test_<m>`` for ``m`` in
+    ``weight_decay``, ``schedule``, ``epochs``, ``train_subset``, ``seed``; ``test_<m>`` for ``m`` in
     :data:`TEST_METRICS`; ``test_accuracy`` and ``test_confidence`` (mean top-label
     softmax probability) computed from the test logits, and their difference
     ``overconfidence = test_confidence - test_accuracy``; the last epoch's ``train_loss``,
@@ -123,6 +123,7 @@ def describe_run(run: Any) -> dict[str, Any]:
         "schedule": config.get("schedule"),
         "epochs": config.get("epochs"),
         "train_subset": config.get("train_subset"),
+        "seed": config.get("seed"),
     }
     for name in TEST_METRICS:
         row[f"test_{name}"] = float(run.metrics.get(f"test_{name}", float("nan")))
@@ -300,5 +301,5 @@ class SweepRunner:
         """One row per distinct run so far: what it is and its wall time (``seconds``)."""
         rows = [describe_run(run) for run in self._runs.values()]
         columns = ["config_hash", "model", "model_options", "weight_decay", "schedule",
-                   "epochs", "train_subset", "seconds"]
+                   "epochs", "train_subset", "seed", "seconds"]
         return pd.DataFrame(rows, columns=columns)
