@@ -104,8 +104,8 @@ def describe_run(run: Any) -> dict[str, Any]:
     """One flat row describing a run (a :class:`~calnotes.runs.store.StoredRun` or alike).
 
     Keys: ``model``, ``model_options`` (as ``"k=v, ..."``, empty for the defaults),
-    ``weight_decay``, ``schedule``, ``epochs``, ``train_subset``, ``seed``; ``test_<m>`` for ``m`` in
-    :data:`TEST_METRICS`; ``test_accuracy`` and ``test_confidence`` (mean top-label
+    ``weight_decay``, ``schedule``, ``epochs``, ``train_subset``, ``seed``; ``test_<m>`` for
+    ``m`` in :data:`TEST_METRICS`; ``test_accuracy`` and ``test_confidence`` (mean top-label
     softmax probability) computed from the test logits, and their difference
     ``overconfidence = test_confidence - test_accuracy``; the last epoch's ``train_loss``,
     ``train_acc`` and ``val_logit_norm``; ``seconds`` (wall time of the run, from its

@@ -167,18 +167,18 @@ class MetaTrainer(Trainer):
 
     See the module docstring for the four parts of each step. ``model`` must have
     ``features(x) -> (B, d)`` and ``head`` (an ``nn.Linear``) with ``forward = head o
-    features`` (as from :func:`calnotes.models.build_model`). The backbone uses SGD
-    (``lr``, ``momentum``, ``weight_decay``) with ``schedule`` (``"cosine"``, ``"step"``
-    with ``milestones`` and factor ``lr_decay``, or ``"none"``; the real step's gradient
-    clipped to norm ``grad_clip``, never the look-ahead's), gamma-Net Adam with
-    ``meta_lr``. ``outer`` picks the loss on the meta-validation batch (:data:`OUTER_LOSSES`;
-    SECE is :func:`calnotes.metrics.sece` with ``sece_bandwidth``, DECE is
-    :func:`calnotes.losses.dece` with 15 bins in ``dece_form`` ``"ranked"``, Bohdal et al.'s,
-    or ``"sharpened"``). ``inner_params`` is ``"head"`` or ``"all"``: which parameters the
-    look-ahead step moves; ``inner_reduction`` is ``"sum"`` (the look-ahead steps on the
-    focal loss summed over the batch, as Bohdal et al.'s code) or ``"mean"`` (on its batch
-    mean: a step ``B`` times smaller); ``inner_lr`` is its step size (``None``: the
-    backbone's current learning rate).
+    features`` (as from :func:`calnotes.models.build_model`). The backbone uses SGD (``lr``,
+    ``momentum``, ``weight_decay``) with ``schedule`` (``"cosine"``, ``"step"`` with
+    ``milestones`` and factor ``lr_decay``, or ``"none"``; the real step's gradient clipped
+    to norm ``grad_clip``, never the look-ahead's), gamma-Net Adam with ``meta_lr``.
+    ``outer`` picks the loss on the meta-validation batch
+    (:data:`~calnotes.training.meta.OUTER_LOSSES`; SECE is :func:`calnotes.metrics.sece`
+    with ``sece_bandwidth``, DECE is :func:`calnotes.losses.dece` with 15 bins in
+    ``dece_form`` ``"ranked"``, Bohdal et al.'s, or ``"sharpened"``). ``inner_params`` is
+    ``"head"`` or ``"all"``: which parameters the look-ahead step moves; ``inner_reduction``
+    is ``"sum"`` (the look-ahead steps on the focal loss summed over the batch, as Bohdal et
+    al.'s code) or ``"mean"`` (on its batch mean: a step ``B`` times smaller); ``inner_lr``
+    is its step size (``None``: the backbone's current learning rate).
 
     Per-epoch records: ``epoch``, ``lr``, ``train_loss`` (focal), ``train_acc``,
     ``val_loss`` (NLL), ``val_ece`` (15 bins), ``val_acc``, ``val_logit_norm``,
@@ -369,7 +369,8 @@ class MetaTrainer(Trainer):
         return _widen(out)
 
     def outer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The outer loss ``outer`` (:data:`OUTER_LOSSES`) of meta-validation ``logits``."""
+        """The outer loss ``outer`` (:data:`~calnotes.training.meta.OUTER_LOSSES`) of
+        meta-validation ``logits``."""
         probs = F.softmax(logits, dim=1)
         if self.outer in ("sece", "sece+ce"):
             loss = cast(torch.Tensor, sece(probs, labels, bandwidth=self.sece_bandwidth))
@@ -485,12 +486,14 @@ class MetaTrainer(Trainer):
         self, train_loader: Iterable, val_loader: Iterable | None,
         test_loader: Iterable | None = None, meta_loader: Iterable | None = None,
     ) -> History:
-        """Train until ``epochs`` epochs are done and return the :class:`History`.
+        """Train until ``epochs`` epochs are done; return the
+        :class:`~calnotes.training.History`.
 
         ``meta_loader`` supplies the outer (meta-validation) batches; without it they come
         from ``val_loader``, which otherwise only gives the per-epoch validation metrics
         (it may then be ``None``). gamma statistics come from ``test_loader``, else from
-        ``val_loader``, else from ``meta_loader``. Resumes like :meth:`Trainer.fit`.
+        ``val_loader``, else from ``meta_loader``. Resumes like
+        :meth:`~calnotes.training.Trainer.fit`.
         """
         if meta_loader is None and val_loader is None:
             raise ValueError("val_loader is required without a meta_loader: one of them "
