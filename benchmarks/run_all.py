@@ -18,6 +18,8 @@ import pandas as pd
 import torch
 
 HERE = Path(__file__).resolve().parent
+#: Benchmarks that run only when named (each takes about an hour).
+NAMED_ONLY = {"bench_results"}
 
 PREAMBLE = (
     "# Benchmarks\n\n"
@@ -35,12 +37,15 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmarks whose names contain one of ``argv`` (all without it). Results of
-    benchmarks not run now stay in ``latest.json``, each with its own machine and date."""
+    """Run the benchmarks whose names contain one of ``argv`` (without it, all but
+    :data:`NAMED_ONLY`). Results of benchmarks not run now stay in ``latest.json``, each
+    with its own machine and date."""
     sys.path.insert(0, str(HERE))
     names = sorted(p.stem for p in HERE.glob("bench_*.py"))
     if argv:
         names = [n for n in names if any(a in n for a in argv)]
+    else:
+        names = [n for n in names if n not in NAMED_ONLY]
     latest = HERE / "latest.json"
     previous = json.loads(latest.read_text()) if latest.exists() else {}
     report = {"benchmarks": {**_entries(previous)}}
