@@ -1,5 +1,6 @@
-"""Print the README's benchmark rows for metrics and training from ``latest.json``, so that
-the summary's numbers are the benchmark's output, not typed by hand.
+"""Print the README's benchmark rows for metrics, training and the stored runs from
+``latest.json``, so that the summary's numbers are the benchmark's output, not typed by
+hand.
 
     python benchmarks/readme_rows.py
 """
@@ -62,9 +63,18 @@ def training_rows(entry: dict) -> list[str]:
     return out
 
 
+def results_rows(entry: dict) -> list[str]:
+    total = entry["rows"][0]
+    return [f"| {total['task']} | {total['wall_hours']} h of the machine (target "
+            f"{total['target_hours']} h); the runs took {total['run_hours_now']} h, against "
+            f"{total['run_hours_then']} h recorded in their provenance then "
+            f"({total['run_seconds_then_over_now']}x) |"]
+
+
 def main() -> None:
     report = json.loads((HERE / "latest.json").read_text())["benchmarks"]
-    for name, fn in (("bench_metrics", metrics_rows), ("bench_training", training_rows)):
+    for name, fn in (("bench_metrics", metrics_rows), ("bench_training", training_rows),
+                     ("bench_results", results_rows)):
         if name in report:
             entry = report[name]
             print(f"<!-- {name}: {entry['machine']}, {entry['date']} -->")

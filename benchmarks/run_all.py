@@ -36,16 +36,19 @@ def machine() -> str:
             f" {gpu}; torch {torch.__version__}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmarks whose names contain one of ``argv`` (without it, all but
-    :data:`NAMED_ONLY`). Results of benchmarks not run now stay in ``latest.json``, each
-    with its own machine and date."""
-    sys.path.insert(0, str(HERE))
-    names = sorted(p.stem for p in HERE.glob("bench_*.py"))
+def selected(names: list[str], argv: list[str] | None) -> list[str]:
+    """The benchmarks of ``names`` whose names contain one of ``argv``; without ``argv``,
+    all but :data:`NAMED_ONLY`."""
     if argv:
-        names = [n for n in names if any(a in n for a in argv)]
-    else:
-        names = [n for n in names if n not in NAMED_ONLY]
+        return [n for n in names if any(a in n for a in argv)]
+    return [n for n in names if n not in NAMED_ONLY]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the :func:`selected` benchmarks. Results of benchmarks not run now stay in
+    ``latest.json``, each with its own machine and date."""
+    sys.path.insert(0, str(HERE))
+    names = selected(sorted(p.stem for p in HERE.glob("bench_*.py")), argv)
     latest = HERE / "latest.json"
     previous = json.loads(latest.read_text()) if latest.exists() else {}
     report = {"benchmarks": {**_entries(previous)}}
