@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "meets_target": wall / 3600 <= TARGET_HOURS,
         "run_hours_now": round(now / 3600, 3),
         "run_hours_then": round(then / 3600, 3),
-        "run_seconds_then_over_now": round(then / now, 2),
+        "speedup_per_run": round(then / now, 2),
         "resumed": any(row["resumed"] for row in phase_rows),
     }, *phase_rows]
     return report(rows, args, args.json)

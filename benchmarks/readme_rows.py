@@ -68,7 +68,7 @@ def results_rows(entry: dict) -> list[str]:
     return [f"| {total['task']} | {total['wall_hours']} h of the machine (target "
             f"{total['target_hours']} h); the runs took {total['run_hours_now']} h, against "
             f"{total['run_hours_then']} h recorded in their provenance then "
-            f"({total['run_seconds_then_over_now']}x) |"]
+            f"({total['speedup_per_run']}x) |"]
 
 
 def main() -> None:
