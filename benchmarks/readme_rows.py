@@ -60,6 +60,12 @@ def training_rows(entry: dict) -> list[str]:
                 f"{row['achieved_gflop_per_s']} GFLOP/s, {row['share_of_matmul_peak']:.0%} of the "
                 f"float32 matmul rate measured in the same run; bf16 autocast "
                 f"{row['bf16_autocast_slowdown']}x slower |")
+        elif task.startswith("torch.compile"):
+            model = task.split(" of the ")[1].split()[0]
+            out.append(
+                f"| torch.compile, {model} training step, CPU | "
+                f"{row['speedup_compiled_over_eager']}x the eager step, after "
+                f"{row['compile_and_first_step_s']} s of compiling and the first step |")
     return out
 
 

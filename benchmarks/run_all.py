@@ -45,8 +45,13 @@ def selected(names: list[str], argv: list[str] | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the :func:`selected` benchmarks. Results of benchmarks not run now stay in
-    ``latest.json``, each with its own machine and date."""
+    """Run the :func:`selected` benchmarks, each with the options after ``--`` (as in
+    ``run_all.py bench_training -- --compile``). Results of benchmarks not run now stay
+    in ``latest.json``, each with its own machine and date."""
+    argv, options = list(argv or []), []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, options = argv[:cut], argv[cut + 1:]
     sys.path.insert(0, str(HERE))
     names = selected(sorted(p.stem for p in HERE.glob("bench_*.py")), argv)
     latest = HERE / "latest.json"
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"benchmarks": {**_entries(previous)}}
     for name in names:
         print(f"== {name}", flush=True)
-        result = importlib.import_module(name).main([])
+        result = importlib.import_module(name).main(options)
         report["benchmarks"][name] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
                                       **result}
     sections = []
