@@ -44,14 +44,20 @@ def selected(names: list[str], argv: list[str] | None) -> list[str]:
     return [n for n in names if n not in NAMED_ONLY]
 
 
+def split_options(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """``(names, options)``: the arguments before ``--`` and those after it."""
+    argv = list(argv or [])
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the :func:`selected` benchmarks, each with the options after ``--`` (as in
     ``run_all.py bench_training -- --compile``). Results of benchmarks not run now stay
     in ``latest.json``, each with its own machine and date."""
-    argv, options = list(argv or []), []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, options = argv[:cut], argv[cut + 1:]
+    argv, options = split_options(argv)
     sys.path.insert(0, str(HERE))
     names = selected(sorted(p.stem for p in HERE.glob("bench_*.py")), argv)
     latest = HERE / "latest.json"

@@ -31,6 +31,9 @@ def test_make_bench_leaves_out_the_hour_long_benchmark_unless_named(bench) -> No
     assert run_all.selected(names, ["results"]) == ["bench_results"]
     assert run_all.selected(names, ["metrics", "training"]) == ["bench_metrics",
                                                                   "bench_training"]
+    assert run_all.split_options(["training", "--", "--compile"]) == (["training"],
+                                                                       ["--compile"])
+    assert run_all.split_options(None) == ([], [])
 
 
 def test_the_stored_workload_loads_in_todays_schema_and_is_scheduled_once(bench) -> None:
