@@ -8,7 +8,7 @@ other in one process (with the thread policy's intra-op threads), chapter 5 trai
 runs two at a time in worker processes of one thread each. It reports the wall time
 against the target (2 hours of the machine) and against the seconds recorded then.
 
-It takes about an hour on two cores, so ``make bench`` leaves it out; name it::
+It took 38 minutes on an idle 2-core machine, so ``make bench`` leaves it out; name it::
 
     python benchmarks/run_all.py bench_results
     python benchmarks/bench_results.py --extract fc0bfb4   # write the workload from git

@@ -71,9 +71,10 @@ def training_rows(entry: dict) -> list[str]:
 
 def results_rows(entry: dict) -> list[str]:
     total = entry["rows"][0]
-    return [f"| {total['task']} | {total['wall_hours']} h of the machine (target "
-            f"{total['target_hours']} h); the runs took {total['run_hours_now']} h, against "
-            f"{total['run_hours_then']} h recorded in their provenance then "
+    return [f"| {total['task']} | {total['wall_hours']} h of the machine, the chapters "
+            f"scheduled as `make results` schedules them; the runs' own times sum to "
+            f"{total['run_hours_now']} h, against {total['run_hours_then']} h recorded in "
+            f"their provenance when they were first computed on the shared machine "
             f"({total['speedup_per_run']}x) |"]
 
 

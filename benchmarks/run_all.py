@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 HERE = Path(__file__).resolve().parent
-#: Benchmarks that run only when named (each takes about an hour).
+#: Benchmarks that run only when named (bench_results takes about 40 minutes).
 NAMED_ONLY = {"bench_results"}
 
 PREAMBLE = (
