@@ -77,7 +77,8 @@ def test_bench_results_recomputes_a_small_workload_and_reports_its_cost(
     assert first["runs"] == 1 and second["runs"] == 0  # the shared config is trained once
     stored = RunStore(tmp_path / "s" / "abc1234" / "results").load(tiny)
     assert first["run_seconds_now"] == round(stored.provenance["seconds"], 1)
-    assert not total["resumed"] and total["wall_hours"] > 0
+    assert not total["resumed"] and first["wall_s"] > 0
+    assert total["wall_hours"] == round((first["wall_s"] + second["wall_s"]) / 3600, 3)
     assert torch.isfinite(stored.test_logits).all()
     # run again: the stored run is loaded, and the row says the wall time was resumed
     again = bench_results.main(["--workload", str(path), "--scratch", str(tmp_path / "s")])
