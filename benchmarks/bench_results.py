@@ -66,6 +66,10 @@ def load_workload(path: Path) -> tuple[str, list[dict[str, Any]]]:
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise ValueError(f"{path}: not a workload file (no 'runs' list)")
+    for i, run in enumerate(data["runs"]):
+        missing = {"chapter", "seconds", "config"} - set(run if isinstance(run, dict) else ())
+        if missing:
+            raise ValueError(f"{path}: run {i} lacks {', '.join(sorted(missing))}")
     runs = [{**run, "config": default_config(**run["config"])} for run in data["runs"]]
     return data["commit"], runs
 

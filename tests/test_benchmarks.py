@@ -58,6 +58,9 @@ def test_load_workload_rejects_another_file(bench, tmp_path: Path) -> None:
     path.write_text(json.dumps({"commit": "x"}))
     with pytest.raises(ValueError, match="w.json.*runs"):
         bench_results.load_workload(path)
+    path.write_text(json.dumps({"commit": "x", "runs": [{"chapter": "ch01", "config": {}}]}))
+    with pytest.raises(ValueError, match="w.json: run 0 lacks seconds"):
+        bench_results.load_workload(path)
 
 
 def test_bench_results_recomputes_a_small_workload_and_reports_its_cost(
