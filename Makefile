@@ -15,7 +15,7 @@ help:
 	@echo "make check-book  open every built page in headless Chromium, offline, and check it"
 	@echo "make test      unit tests, then every chapter in SMOKE mode (papermill + nbval)"
 	@echo "make run CHAPTER=01 ARGS='-p EPOCHS 5 -p DEVICE cuda'   rerun one chapter"
-	@echo "make results [DEVICE=cuda]   compute the stored runs the book loads (resumable)"
+	@echo "make results [DEVICE=cuda] [CHAPTER=02] [ARGS='-p NAME VALUE']   compute the stored runs the book loads (resumable)"
 	@echo "make results PRESET=paper DEVICE=cuda   the papers' scale (RAY_ADDRESS: on a cluster)"
 	@echo "make bench     speed comparisons against peers (benchmarks/)"
 
@@ -79,7 +79,7 @@ run: setup data
 	$(PY) -m calnotes.book run $(CHAPTER) $(ARGS)
 
 results: setup data
-	$(PY) -m calnotes.book results -p DEVICE $(DEVICE) $(if $(PRESET),--preset $(PRESET))
+	$(PY) -m calnotes.book results -p DEVICE $(DEVICE) $(if $(PRESET),--preset $(PRESET)) $(if $(CHAPTER),--chapter $(CHAPTER)) $(ARGS)
 
 bench: setup data
 	$(PY) benchmarks/run_all.py

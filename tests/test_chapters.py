@@ -221,6 +221,11 @@ def test_results_passes_each_parameter_to_the_chapters_that_take_it(monkeypatch,
     assert chapters.main(["results", "-p", "DEPTHS", "[8, 14]", "-p", "SEED", "1"]) == 0
     assert ran["02_diagnosing_miscalibration"] == {"DEPTHS": [8, 14], "SEED": 1}
     assert ran["01_measuring_calibration"] == {"SEED": 1}
+    ran.clear()
+    assert chapters.main(["results", "--chapter", "02", "-p", "EPOCHS", "2"]) == 0
+    assert ran == {"02_diagnosing_miscalibration": {"EPOCHS": 2}}
+    assert chapters.main(["results", "--chapter", "01", "-p", "DEPTHS", "[8]"]) == 2
+    assert "no chapter takes them" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["", "  "])

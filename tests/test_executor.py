@@ -47,6 +47,20 @@ def test_backend_rule(monkeypatch) -> None:
         choose_backend("threads", 5, None)
 
 
+def test_backend_variable_overrides_the_rule_for_auto_only(monkeypatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(executor, "ray_available", lambda: True)
+    monkeypatch.setenv("CALNOTES_EXECUTOR", "sequential")
+    assert choose_backend("auto", 5, None) == "sequential"
+    assert choose_backend("auto", 5, "10.0.0.1:6379") == "sequential"
+    assert choose_backend("ray", 5, None) == "ray"  # an explicit backend wins
+    monkeypatch.setenv("CALNOTES_EXECUTOR", "ray")
+    assert choose_backend("auto", 1, None) == "ray"
+    monkeypatch.setenv("CALNOTES_EXECUTOR", "threads")
+    with pytest.raises(ValueError, match="CALNOTES_EXECUTOR must be one of sequential, ray"):
+        choose_backend("auto", 1, None)
+
+
 def test_execute_rejects_bad_arguments(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     with pytest.raises(TypeError, match="configs must be a list"):

@@ -372,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p_results.add_argument("-p", "--parameter", nargs=2, action="append",
                            metavar=("NAME", "VALUE"))
     p_results.add_argument("--preset", default=None)
+    p_results.add_argument("--chapter", action="append", default=None,
+                           help="only this chapter (repeatable); default: every chapter")
     sub.add_parser("presets")
     args = parser.parse_args(argv)
 
@@ -395,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                                   prepare_only=True)
                 print(f"prepared {out}")
         elif args.command == "results":
-            return _results(_collect(args.parameter), args.preset)
+            return _results(_collect(args.parameter), args.preset, args.chapter)
         elif args.command == "presets":
             _print_presets()
     except (TypeError, ValueError) as err:
@@ -425,8 +427,10 @@ def _print_presets() -> None:
             print("    ARGS: " + " ".join(f"-p {k} {v!r}" for k, v in p.parameters.items()))
 
 
-def _results(parameters: dict[str, Any], preset_name: str | None = None) -> int:
-    """Execute every chapter at default scale so its stored runs exist, then summarize.
+def _results(parameters: dict[str, Any], preset_name: str | None = None,
+             chapters: list[str] | None = None) -> int:
+    """Execute every chapter (or those of ``chapters``, by number or name) at default scale
+    so its stored runs exist, then summarize.
 
     Each parameter goes to the chapters that take it; every one is checked against every
     such chapter before the first runs, and a name no chapter takes is an error. With
@@ -437,8 +441,9 @@ def _results(parameters: dict[str, Any], preset_name: str | None = None) -> int:
     from calnotes.runs.store import RunStore
 
     presets = preset(preset_name) if preset_name is not None else {}
+    paths = chapter_paths() if not chapters else [resolve_chapter(c) for c in chapters]
     per_chapter = {}
-    for path in chapter_paths():
+    for path in paths:
         notebook = read_chapter(path)
         defaults = parameters_of(notebook)
         params = {k: v for k, v in parameters.items() if k in defaults}
@@ -448,7 +453,7 @@ def _results(parameters: dict[str, Any], preset_name: str | None = None) -> int:
     taken = {name for params in per_chapter.values() for name in params}
     unknown = sorted(set(parameters) - taken)
     if unknown:
-        known = sorted({k for p in chapter_paths() for k in parameters_of(read_chapter(p))})
+        known = sorted({k for p in paths for k in parameters_of(read_chapter(p))})
         raise ValueError(f"unknown parameter(s) {', '.join(unknown)}: no chapter takes them; "
                          f"the chapters take: {', '.join(known)}")
     for path, params in per_chapter.items():

@@ -11,7 +11,8 @@ trains the rest on one of two backends:
 
 The default (``backend="auto"``) is Ray when an address is given or ``$RAY_ADDRESS`` is
 set; otherwise Ray on this machine when Ray is installed and more than one run is
-missing; otherwise sequential. Why: one run gains nothing from Ray but its start-up
+missing; otherwise sequential. ``$CALNOTES_EXECUTOR`` (``sequential`` or ``ray``) overrides
+that rule for every ``"auto"`` call, e.g. to time a chapter both ways. Why: one run gains nothing from Ray but its start-up
 (seconds), and without Ray installed the book still runs (Ray is an optional extra), so
 those cases keep the path that has always trained the book's runs.
 
@@ -64,10 +65,12 @@ from calnotes.runs.store import (
     load_or_run,
 )
 
-__all__ = ["BACKENDS", "ExecutionReport", "RunsFailed", "chapter_runs", "choose_backend",
+__all__ = ["BACKENDS", "BACKEND_VARIABLE", "ExecutionReport", "RunsFailed", "chapter_runs", "choose_backend",
            "compute_runs", "execute", "ray_available", "run_name"]
 
 BACKENDS = ("auto", "sequential", "ray")
+#: Environment variable naming the backend of every ``backend="auto"`` call.
+BACKEND_VARIABLE = "CALNOTES_EXECUTOR"
 #: Seconds between two progress lines while Ray runs train.
 PROGRESS_EVERY = 10.0
 
@@ -121,6 +124,12 @@ def choose_backend(backend: str, missing: int, address: str | None) -> str:
     """The backend :func:`execute` uses (see the module docstring for the rule)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    chosen = os.environ.get(BACKEND_VARIABLE, "")
+    if backend == "auto" and chosen:
+        if chosen not in BACKENDS[1:]:
+            raise ValueError(f"${BACKEND_VARIABLE} must be one of "
+                             f"{', '.join(BACKENDS[1:])}, got {chosen!r}")
+        backend = chosen
     address = address or os.environ.get("RAY_ADDRESS") or None
     if backend == "ray" or (backend == "auto" and address):
         if not ray_available():

@@ -29,6 +29,7 @@ __all__ = [
     "run_ood_logits",
     "run_test_images",
     "trained_model",
+    "trained_state",
 ]
 
 
@@ -98,6 +99,21 @@ def trained_model(
     A damaged checkpoint raises ``ValueError`` naming it. The model is returned in eval
     mode on ``device``.
     """
+    model, _, splits = trained_state(run, device=device, checkpoint_root=checkpoint_root,
+                                     retrain=retrain)
+    return model, splits
+
+
+def trained_state(
+    run: Any,
+    *,
+    device: str | torch.device = "auto",
+    checkpoint_root: str | Path | None = None,
+    retrain: bool = True,
+) -> tuple[nn.Module, dict[str, Any], Any]:
+    """:func:`trained_model` with the whole final checkpoint it came from:
+    ``(model, state, splits)``; ``state`` also holds what the trainer kept beside the model
+    (e.g. a meta run's ``"gamma_net"``), read with ``weights_only=True``."""
     if not isinstance(run, store.StoredRun):
         raise TypeError(f"run must be a calnotes.runs.store.StoredRun, got {type(run).__name__}")
     if not isinstance(retrain, bool):
@@ -109,6 +125,15 @@ def trained_model(
     _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=dev)
     roots = _checkpoint_roots(run, checkpoint_root)
     tried = []
+
+    def model_of(state: Mapping[str, Any]) -> nn.Module:
+        model: nn.Module = models.build_model(
+            cfg["model"], splits.num_classes, splits.in_channels, splits.image_size,
+            **cfg["model_options"],
+        )
+        model.load_state_dict(state["model"])
+        return model.to(dev).eval()
+
     for path in (r / digest / "last.pt" for r in roots):
         if not path.is_file():
             continue
@@ -119,14 +144,9 @@ def trained_model(
         if int(state["epoch"]) != cfg["epochs"]:
             tried.append(f"{path} (unfinished)")
             continue
-        model: nn.Module = models.build_model(
-            cfg["model"], splits.num_classes, splits.in_channels, splits.image_size,
-            **cfg["model_options"],
-        )
-        model.load_state_dict(state["model"])
-        model = model.to(dev).eval()
+        model = model_of(state)
         if _reproduces(model, run, test_loader):
-            return model, splits
+            return model, state, splits
         tried.append(f"{path} (another training: its test logits differ)")
     if not retrain:
         if not tried:
@@ -136,17 +156,16 @@ def trained_model(
             )
         raise RuntimeError(f"no checkpoint reproduces stored run {digest}: {'; '.join(tried)}")
     with tempfile.TemporaryDirectory(prefix="calnotes-retrain-") as tmp:
-        result = experiment.train_run(cfg, device=dev, checkpoint_dir=tmp, progress=False)
-    if result.model is None:  # train_run always returns the model; keep mypy informed
-        raise RuntimeError("train_run returned no model")
-    model = result.model.to(dev).eval()
+        experiment.train_run(cfg, device=dev, checkpoint_dir=tmp, progress=False)
+        state = training.load_checkpoint(Path(tmp) / "last.pt")
+    model = model_of(state)
     if not _reproduces(model, run, test_loader):
         raise RuntimeError(
             f"a retrained model does not reproduce the stored test logits of run {digest} "
             f"({run.path}), e.g. because training is not deterministic on {dev}; tried "
             f"{tried or 'no checkpoint'}. Delete the stored run to train it again."
         )
-    return model, splits
+    return model, state, splits
 
 
 def run_ood_logits(

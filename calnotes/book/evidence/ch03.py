@@ -25,6 +25,7 @@ import torch
 from calnotes import metrics
 from calnotes.calibrators import CALIBRATORS
 from calnotes.evaluation import UNCALIBRATED
+from calnotes.runs.experiment import default_config
 
 try:  # the claims evaluator (calnotes.runs.claims) registers the measures by name
     from calnotes.runs.claims import register_measure
@@ -33,8 +34,14 @@ except ImportError:  # pragma: no cover - before the evaluator exists
         """Stand-in that leaves the function unregistered."""
         return lambda function: function
 
-__all__ = ["calibrated_probs", "confidences", "evaluate", "lecture_bins", "posthoc",
-           "share_at_one"]
+__all__ = ["RULE_EPOCHS", "RULE_SEEDS", "binary_r18_config", "calibrated_probs", "confidences",
+           "evaluate", "lecture_bins", "posthoc", "rule_epochs", "share_at_one",
+           "validation_error"]
+
+#: The declared rule of the binary ResNet-18 (claims file, "R18-bin"): its candidate numbers of
+#: epochs, chosen on seed 0's validation error, and the seeds its claims are measured on.
+RULE_EPOCHS = (2, 4)
+RULE_SEEDS = (0, 1, 2)
 
 METRICS = ("ece", "mce", "sece", "nll", "error", "brier")
 BINNINGS = {"width": "uniform", "mass": "quantile"}
@@ -48,6 +55,29 @@ _PROBS: dict[tuple[str, str], torch.Tensor] = {}
 #: (run folder, method, target) -> (confidence, outcome) as float64 arrays, for the binned
 #: errors of the test resamples (one indexing and a bincount per resample).
 _CONF: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def binary_r18_config(seed: int, epochs: int) -> dict[str, Any]:
+    """The config of the binary ResNet-18 ("9 vs not-9" on 4,000 MNIST training images, SGD
+    at lr 0.05 with the cosine schedule, no weight decay) for ``seed`` and ``epochs``."""
+    return default_config(dataset="mnist", model="resnet18", positive_class=9,
+                          weight_decay=0.0, lr=0.05, seed=seed, epochs=epochs,
+                          train_subset=4000)
+
+
+def validation_error(run: Any) -> float:
+    """A stored run's top-label error on its validation split, in percent."""
+    return 100 * float((run.val_logits.argmax(1) != run.val_labels).double().mean())
+
+
+def rule_epochs(candidates: dict[int, Any]) -> int:
+    """The declared rule's choice: the number of epochs whose seed-0 run (``{epochs: run}``,
+    every candidate of :data:`RULE_EPOCHS`) has the lowest validation error; a tie goes to
+    fewer epochs. The test set plays no part."""
+    if sorted(candidates) != sorted(RULE_EPOCHS):
+        raise ValueError(f"candidates must hold runs for epochs {list(RULE_EPOCHS)}, "
+                         f"got {sorted(candidates)}")
+    return min(candidates, key=lambda e: (validation_error(candidates[e]), e))
 
 
 def _choice(value: Any, name: str, allowed: tuple | dict) -> Any:

@@ -35,7 +35,8 @@ from calnotes import calibrators, data, ood
 from calnotes.runs.claims import register_measure
 from calnotes.runs.experiment import default_config
 from calnotes.runs.ood import run_odin_logits, run_ood_logits, run_test_images
-from calnotes.runs.store import RunNotFound, StoredRun, chapter_run, load_or_run
+from calnotes.runs.executor import chapter_runs
+from calnotes.runs.store import RunNotFound, StoredRun, load_or_run
 
 __all__ = [
     "LABEL", "NATURAL_SETS", "NOISE_SETS", "PILOT_LRS", "PILOT_SEED", "REGIMES", "SEEDS",
@@ -195,7 +196,8 @@ def ood_measure(run: StoredRun, index: Any = None, sets: str = "natural", score:
 def compute_runs(smoke: bool = False, device: str = "cpu", mnist: bool = True,
                  log: Callable[[str], None] | None = None,
                  use_store: bool = True, train: bool = True) -> dict[str, Any]:
-    """Train and store (or load) every LeNet-5 run of the chapter in order: the pilots, the
+    """Train and store (or load) every LeNet-5 run of the chapter, stage by stage through the
+    executor (:func:`~calnotes.runs.executor.chapter_runs`): the pilots, the
     selections by the module's rules, then the claims' seeds, each followed by its OOD logits
     (plain and ODIN) so that the stored run holds what the measures read. SMOKE: two rates,
     two taus, two seeds, tiny runs in a scratch store.
@@ -213,17 +215,35 @@ def compute_runs(smoke: bool = False, device: str = "cpu", mnist: bool = True,
         raise TypeError(f"train must be a bool, got {type(train).__name__}")
     stored_only = not train and use_store and not smoke
 
-    def run(config: Mapping[str, Any]) -> StoredRun:
+    def runs_of(configs: Sequence[Mapping[str, Any]]) -> list[StoredRun | None]:
+        """The runs of ``configs`` in order, trained together by the executor where missing
+        (Ray on this machine's cores when installed), or, trained nothing, the stored ones
+        (``None`` for a missing run, which only the claims' seeds may be)."""
         if stored_only:
-            r = load_or_run(dict(config), label=LABEL, compute=False, device=device)
+            out: list[StoredRun | None] = []
+            for config in configs:
+                try:
+                    out.append(load_or_run(dict(config), label=LABEL, compute=False,
+                                           device=device))
+                except RunNotFound:
+                    out.append(None)
         else:
-            r = chapter_run(dict(config), label=LABEL, use_store=use_store, smoke=smoke,
-                            device=device)
-        if log is not None:
-            log(f"{r.path.name} {config['loss']} {config.get('loss_options')} lr {config['lr']}"
-                f" seed {config['seed']} wd {config['weight_decay']} n {config['train_subset']}"
-                f": {r.provenance['seconds']:.0f} s")
-        return r
+            out = list(chapter_runs([dict(c) for c in configs], label=LABEL,
+                                    use_store=use_store, smoke=smoke, device=device))
+        for config, r in zip(configs, out, strict=True):
+            if log is not None and r is not None:
+                log(f"{r.path.name} {config['loss']} {config.get('loss_options')} "
+                    f"lr {config['lr']} seed {config['seed']} wd {config['weight_decay']} "
+                    f"n {config['train_subset']}: {r.provenance['seconds']:.0f} s")
+        return out
+
+    def stored(configs: Sequence[Mapping[str, Any]]) -> list[StoredRun]:
+        """The pilots: every one must be stored (or trained)."""
+        out = runs_of(configs)
+        for config, r in zip(configs, out, strict=True):
+            if r is None:
+                raise RunNotFound(f"chapter 4's pilot is not stored: {dict(config)}")
+        return out  # type: ignore[return-value]
 
     def with_ood(r: StoredRun) -> StoredRun:
         dataset = r.config["dataset"]
@@ -235,32 +255,31 @@ def compute_runs(smoke: bool = False, device: str = "cpu", mnist: bool = True,
 
     pilot_lrs, taus_grid = (PILOT_LRS[-2:], TAUS[1::2]) if smoke else (PILOT_LRS, TAUS)
     seeds = SEEDS[:2] if smoke else SEEDS
-    lr_pilot = {(loss, lr): run(lenet_config(loss, 0.04 if loss == "logitnorm" else None, 0, lr,
-                                             epochs=PILOT_EPOCHS, smoke=smoke))
-                for loss in ("ce", "logitnorm") for lr in pilot_lrs}
+    lr_keys = [(loss, lr) for loss in ("ce", "logitnorm") for lr in pilot_lrs]
+    lr_pilot = dict(zip(lr_keys, stored(
+        [lenet_config(loss, 0.04 if loss == "logitnorm" else None, 0, lr,
+                      epochs=PILOT_EPOCHS, smoke=smoke) for loss, lr in lr_keys]), strict=True))
     lrs = {loss: own_lr({lr: r for (name, lr), r in lr_pilot.items() if name == loss})
            for loss in ("ce", "logitnorm")}
-    regime_pilots = [run(lenet_config("ce", None, PILOT_SEED, lrs["ce"], smoke=smoke, **regime))
-                     for regime in REGIMES]
+    regime_pilots = stored([lenet_config("ce", None, PILOT_SEED, lrs["ce"], smoke=smoke,
+                                         **regime) for regime in REGIMES])
     regime = REGIMES[choose_regime(regime_pilots)]
-    tau_pilots = {"official": {t: run(lenet_config("logitnorm", t, PILOT_SEED, lrs["logitnorm"],
-                                                    smoke=smoke, **OFFICIAL))
-                               for t in taus_grid}}
+    tau_pilots = {"official": dict(zip(taus_grid, stored(
+        [lenet_config("logitnorm", t, PILOT_SEED, lrs["logitnorm"], smoke=smoke, **OFFICIAL)
+         for t in taus_grid]), strict=True))}
     chosen = choose_tau(tau_pilots["official"], device)
     # one tau for every setting: the regime and MNIST in distribution use the official choice
     taus = {"official": chosen, "regime": chosen, "mnist": chosen}
-    runs = {}
     # seed by seed, the regime first, so that runs stopped early leave complete pairs
     plan = [(seed, name, setting, "fashion_mnist") for seed in seeds
             for name, setting in (("regime", regime), ("official", OFFICIAL))]
     plan += [(seed, "mnist", OFFICIAL, "mnist") for seed in seeds[:5]] if mnist else []
-    for seed, name, setting, dataset in plan:
-        for loss in ("ce", "logitnorm"):
-            try:
-                r = run(lenet_config(loss, taus[name] if loss == "logitnorm" else None, seed,
-                                     lrs[loss], dataset=dataset, smoke=smoke, **setting))
-            except RunNotFound:  # only without training: the arm's claims wait for it
-                continue
-            runs[(name, loss, seed)] = with_ood(r)
+    keys = [(name, loss, seed) for seed, name, _, _ in plan for loss in ("ce", "logitnorm")]
+    configs = [lenet_config(loss, taus[name] if loss == "logitnorm" else None, seed, lrs[loss],
+                            dataset=dataset, smoke=smoke, **setting)
+               for seed, name, setting, dataset in plan for loss in ("ce", "logitnorm")]
+    # a missing run (only without training) leaves its arm's claims waiting for it
+    runs = {key: with_ood(r) for key, r in zip(keys, runs_of(configs), strict=True)
+            if r is not None}
     return {"lrs": lrs, "regime": regime, "taus": taus, "lr_pilot": lr_pilot,
             "regime_pilots": regime_pilots, "tau_pilots": tau_pilots, "runs": runs}

@@ -1,0 +1,83 @@
+"""run_test_gamma: a stored gamma-Net run's per-sample test gamma, recovered and cached."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calnotes.runs import gamma as gamma_runs
+from calnotes.runs import store
+from calnotes.runs.experiment import default_config
+from calnotes.runs.gamma import GAMMA_FILE, GAMMA_FOLDER, run_test_gamma
+from calnotes.runs.store import RunStore, load_or_run
+
+torch.set_num_threads(1)
+
+# A tiny real meta run: LeNet-5 with gamma-Net on scikit-learn's 8x8 digits, two epochs.
+CONFIG = default_config(dataset="digits", model="lenet5", epochs=2, lr=0.05, seed=0,
+                        train_subset=400, test_subset=100, batch_size=64, val_size=300,
+                        loss="focal", meta={"meta_val_size": 100})
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gamma")
+    run = load_or_run(CONFIG, store=RunStore(root / "results"), checkpoint_root=root / "ckpt",
+                      device="cpu", progress=False)
+    return run, root / "ckpt"
+
+
+def test_test_gamma_is_gamma_nets_on_each_test_image_and_is_cached(stored, monkeypatch):
+    run, ckpt = stored
+    gamma = run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    assert gamma.shape == (run.test_logits.shape[0],) and gamma.dtype == torch.float32
+    assert bool((gamma > 0).all())  # gamma-Net's output is a positive gamma
+    # the trainer recorded gamma's mean and std on the same test images after the last epoch
+    # (one forward in batches of 64 there, of 1000 here: float32 sums reordered)
+    mean, std = run.history["gamma_mean"][-1], run.history["gamma_std"][-1]
+    assert float(gamma.double().mean()) == pytest.approx(mean, abs=1e-5)
+    assert float(gamma.double().std(unbiased=False)) == pytest.approx(std, abs=1e-5)
+    assert (run.path / GAMMA_FOLDER / GAMMA_FILE).is_file()
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("a stored gamma needs no weights")
+
+    monkeypatch.setattr(gamma_runs, "trained_state", no_weights)
+    assert torch.equal(run_test_gamma(run, device="cpu", checkpoint_root=ckpt), gamma)
+
+
+def test_test_gamma_retrains_without_a_checkpoint(stored, tmp_path):
+    run, ckpt = stored
+    cached = run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    folder = tmp_path / "results" / run.path.name
+    shutil.copytree(run.path, folder)
+    shutil.rmtree(folder / GAMMA_FOLDER)
+    copy = dataclasses.replace(run, path=folder)
+    again = run_test_gamma(copy, device="cpu", checkpoint_root=tmp_path / "none")
+    torch.testing.assert_close(again, cached, rtol=1e-5, atol=1e-5)
+
+
+def test_damaged_gamma_is_reported_with_its_path(stored, tmp_path):
+    run, ckpt = stored
+    run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    folder = tmp_path / "results" / run.path.name
+    shutil.copytree(run.path, folder)
+    (folder / GAMMA_FOLDER / GAMMA_FILE).write_bytes(b"not an npz")
+    copy = dataclasses.replace(run, path=folder)
+    with pytest.raises(store.CorruptRun, match=GAMMA_FOLDER):
+        run_test_gamma(copy, device="cpu", checkpoint_root=ckpt)
+
+
+def test_a_run_without_gamma_net_is_refused(tmp_path):
+    plain = load_or_run({k: v for k, v in CONFIG.items() if k not in ("meta", "loss")},
+                        store=RunStore(tmp_path / "results"), checkpoint_root=tmp_path / "c",
+                        device="cpu", progress=False)
+    with pytest.raises(ValueError, match="gamma-net"):
+        run_test_gamma(plain, device="cpu")
+    with pytest.raises(TypeError, match="StoredRun"):
+        run_test_gamma(np.zeros(3))
