@@ -35,10 +35,11 @@ import torch
 from calnotes import metrics
 from calnotes import stats as st
 from calnotes.calibrators import TemperatureScaling
-from calnotes.runs.store import RunStore, StoredRun
+from calnotes.runs.store import RunNotFound, RunStore, StoredRun
 
 __all__ = [
-    "CLAIM_FIELDS", "MEASURES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS", "evaluate_claims",
+    "CLAIM_FIELDS", "MEASURES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS", "arm_runs",
+    "evaluate_claims",
     "load_claims", "register_measure", "register_study", "run_measure",
 ]
 
@@ -264,6 +265,18 @@ class _Index:
                     f"{run.path.name}): add a 'where' key that tells them apart")
             out[seed] = run
         return out
+
+
+def arm_runs(spec: Mapping[str, Any] | str | Path, name: str,
+             store: RunStore | None = None) -> dict[int, StoredRun]:
+    """The stored runs ``{seed: run}`` that arm ``name`` of a claims file (its path, or what
+    :func:`load_claims` returned) selects, as the evaluator selects them."""
+    spec = spec if isinstance(spec, Mapping) else load_claims(spec)
+    if name not in spec["arms"]:
+        raise ValueError(f"{spec['path']}: no arm {name!r}; arms: {', '.join(spec['arms'])}")
+    arm = spec["arms"][name]
+    labels = set(arm["label"] if isinstance(arm["label"], list) else [arm["label"]])
+    return _Index(RunStore() if store is None else store, labels).arm(name, arm)
 
 
 # --- measures that ship with the evaluator -----------------------------------------------
@@ -557,7 +570,7 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
         else:
             try:
                 eff, runs = _arm_effect(spec, t, index, [])
-            except _NoRuns as missing:
+            except (_NoRuns, RunNotFound) as missing:  # no run, or a measure's entry
                 row.update(design="", n=0, estimate=math.nan, low=math.nan, high=math.nan,
                            detectable=math.nan, paper=float(t.get("paper") or math.nan),
                            null=float(t["null"]), direction=t["direction"], unit=t["unit"],

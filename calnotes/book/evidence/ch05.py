@@ -26,6 +26,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,12 +36,15 @@ import torch.nn.functional as F
 
 from calnotes import losses, metrics
 from calnotes._checks import check_choice, check_positive_int
+from calnotes.ood import auroc
 from calnotes.runs.claims import register_measure, register_study, run_measure
+from calnotes.runs.gamma import GAMMA_FOLDER, run_test_gamma
+from calnotes.runs.store import RunNotFound
 from calnotes.synthetic import SyntheticModel
 
 __all__ = [
     "BIN_COUNTS", "LABEL", "bias_gap", "ece_over_bins", "epoch_cost",
-    "gamma_phases", "gamma_std_growth", "l2_coefficients", "mce_over_bins", "meta_steps",
+    "gamma_misclassification_auroc", "gamma_phases", "gamma_std_growth", "l2_coefficients", "mce_over_bins", "meta_steps",
     "outer_cost", "reference_dece",
 ]
 
@@ -108,6 +112,25 @@ def gamma_std_growth(run: Any, index: Any = None) -> float:
     records = _records(run, "gamma_std")
     start = _first_drop_epoch(run.config)
     return float(records[-1]["gamma_std"] - records[start - 1]["gamma_std"])
+
+
+@register_measure("gamma_misclassification_auroc")
+def gamma_misclassification_auroc(run: Any, index: Any = None) -> float:
+    """AUROC of gamma-Net's per-sample test gamma as a score of misclassification:
+    ``P(gamma_wrong > gamma_right) + P(tie) / 2`` over the test images ``index`` (all by
+    default). Reads the gamma stored by :func:`calnotes.runs.gamma.run_test_gamma`;
+    :class:`~calnotes.runs.store.RunNotFound` while it is not stored (the claim waits)."""
+    if not (Path(run.path) / GAMMA_FOLDER).is_dir():
+        raise RunNotFound(f"the per-sample test gamma of run {run.path.name} is not stored "
+                          "yet (tools/ch05_gamma.py computes it)")
+    gamma = run_test_gamma(run, retrain=False).double()
+    wrong = run.test_logits.argmax(1) != run.test_labels
+    if index is not None:
+        gamma, wrong = gamma[index], wrong[index]
+    if bool(wrong.all()) or not bool(wrong.any()):
+        raise ValueError(f"run {run.path.name}: the test images hold no correct or no "
+                         "misclassified image; the AUROC is undefined")
+    return auroc(gamma[wrong], gamma[~wrong])
 
 
 # ---------------------------------------------------------------- DECE as the reference computes it
