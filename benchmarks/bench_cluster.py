@@ -9,6 +9,14 @@ CPU each on 127.0.0.1, see ``tests/ray_loopback.py``) with one thread per run, s
 must store identical bits. Named explicitly, not part of ``make bench``::
 
     python benchmarks/bench_cluster.py --chapter ch02_diagnosing --runs 6
+
+``--results CHAPTER`` instead runs a whole chapter as ``make results CHAPTER=..`` does
+(``python -m calnotes.book results --chapter CHAPTER``, with the chapter parameters given by
+``-p NAME VALUE``) twice, each into an empty scratch store: once on the sequential path
+(``CALNOTES_EXECUTOR=sequential``) and once with ``RAY_ADDRESS`` naming the two-node cluster,
+both with one thread per run; then it compares the two stores run by run::
+
+    python benchmarks/bench_cluster.py --results 02 -p TRAIN_SUBSET 500 -p EPOCHS 2
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 DRIVER = textwrap.dedent(
     """
     import json, sys, time
-    from ray_loopback import keep_loopback
+    from calnotes.runs.executor import keep_loopback
     keep_loopback()
     import ray
     from calnotes.runs.executor import execute
@@ -47,13 +55,88 @@ DRIVER = textwrap.dedent(
 )
 
 
+def compare_stores(a_root: Path, b_root: Path) -> bool:
+    """Print, run by run, whether two stores hold the same configs with identical logits,
+    history (less its timings) and metrics; True when they all are."""
+    import torch
+
+    from calnotes.runs.store import RunStore
+
+    a, b = RunStore(a_root), RunStore(b_root)
+    hashes_a = sorted(p.name for p in a.root.iterdir() if not p.name.startswith("."))
+    hashes_b = sorted(p.name for p in b.root.iterdir() if not p.name.startswith("."))
+    print(f"{len(hashes_a)} runs stored sequentially, {len(hashes_b)} through the cluster; "
+          f"same config hashes: {hashes_a == hashes_b}")
+    same = hashes_a == hashes_b and bool(hashes_a)
+    for digest in sorted(set(hashes_a) & set(hashes_b)):
+        config = json.loads((a.root / digest / "config.json").read_text())
+        x, y = a.load(config), b.load(config)
+        equal = (torch.equal(x.test_logits, y.test_logits)
+                 and (x.val_logits is None) == (y.val_logits is None)
+                 and (x.val_logits is None or torch.equal(x.val_logits, y.val_logits))
+                 and x.history.without_timing() == y.history.without_timing()
+                 and x.metrics == y.metrics)
+        print(f"{digest} {config['model']:>9} {config['epochs']:>3} ep: logits, history and "
+              f"metrics {'identical' if equal else 'DIFFER'}")
+        same = same and equal
+    return same
+
+
+def chapter_results(chapter: str, parameters: list[list[str]], scratch: Path) -> int:
+    """``make results`` of one chapter, sequential then through the two-node cluster."""
+    from ray_loopback import local_cluster
+
+    command = [sys.executable, "-m", "calnotes.book", "results", "--chapter", chapter,
+               *[x for pair in parameters for x in ("-p", *pair)]]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CALNOTES_"))}
+
+    def run(name: str, env: dict[str, str]) -> float:
+        env = {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent),
+               "CALNOTES_RESULTS": str(scratch / name / "results"),
+               "CALNOTES_CHECKPOINTS": str(scratch / name / "checkpoints")}
+        start = time.perf_counter()
+        with open(scratch / f"{name}.log", "w") as log:
+            done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  cwd=HERE.parent, check=False)
+        wall = time.perf_counter() - start
+        print(f"{name}: exit {done.returncode} in {wall:.0f} s (log {scratch / f'{name}.log'})",
+              flush=True)
+        if done.returncode != 0:
+            raise SystemExit((scratch / f"{name}.log").read_text()[-5000:])
+        return wall
+
+    print(" ".join(command[1:]), flush=True)
+    sequential = run("sequential", {**base, "CALNOTES_EXECUTOR": "sequential"})
+    with local_cluster(nodes=2, cpus=1) as cluster:
+        clustered = run("cluster", {**base, **cluster.env, "RAY_ADDRESS": cluster.address})
+    same = compare_stores(scratch / "sequential" / "results", scratch / "cluster" / "results")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"make results CHAPTER={chapter}: sequential {sequential:.0f} s; two-node cluster "
+          f"(1 CPU each, its start-up included) {clustered:.0f} s; speed-up "
+          f"{sequential / clustered:.2f}x")
+    print(f"same config hashes and identical stored content: {same}")
+    return 0 if same else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapter", default="ch02_diagnosing")
     parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--results", default=None, metavar="CHAPTER",
+                        help="run a whole chapter as make results does, both ways")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                        metavar=("NAME", "VALUE"), help="a chapter parameter (--results)")
     parser.add_argument("--scratch", default=None)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    if args.results is not None:
+        scratch = Path(args.scratch or tempfile.mkdtemp(prefix="bench-cluster-"))
+        scratch.mkdir(parents=True, exist_ok=True)
+        try:
+            return chapter_results(args.results, args.parameter, scratch)
+        finally:
+            if not args.keep:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     import torch
 
@@ -90,19 +173,9 @@ def main() -> int:
             checkpoint_root=scratch / "ckpt-sequential", device="cpu", backend="sequential")
     sequential_wall = time.perf_counter() - start
 
-    a, b = RunStore(scratch / "sequential"), RunStore(scratch / "cluster")
-    hashes_a = sorted(p.name for p in a.root.iterdir() if not p.name.startswith("."))
-    hashes_b = sorted(p.name for p in b.root.iterdir() if not p.name.startswith("."))
-    same = hashes_a == hashes_b == sorted(config_hash(c) for c in configs)
-    for config in configs:
-        x, y = a.load(config), b.load(config)
-        equal = (torch.equal(x.test_logits, y.test_logits)
-                 and torch.equal(x.val_logits, y.val_logits)
-                 and x.history.without_timing() == y.history.without_timing()
-                 and x.metrics == y.metrics)
-        print(f"{config_hash(config)}: logits, history and metrics "
-              f"{'identical' if equal else 'DIFFER'}")
-        same = same and equal
+    same = compare_stores(scratch / "sequential", scratch / "cluster") and sorted(
+        config_hash(c) for c in configs) == sorted(
+        p.name for p in (scratch / "cluster").iterdir() if not p.name.startswith("."))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"sequential (1 thread): {sequential_wall:.0f} s; two-node cluster (1 CPU each, "
           f"start-up excluded): {cluster_wall:.0f} s; "

@@ -200,6 +200,45 @@ def confidence_histogram(
     return ax
 
 
+def value_by_confidence(
+    values: Any, probs: Any, labels: Any, n_bins: int = 10, *, name: str = "value",
+    ax: Axes | None = None, title: str | None = None,
+) -> Axes:
+    """Mean of a per-sample ``values`` (e.g. gamma-Net's gamma) against top-label
+    confidence, for the correctly classified and the misclassified samples apart: the
+    samples are cut into ``n_bins`` equal-mass confidence bins (quantiles of all samples),
+    and each group's mean value is drawn at its mean confidence in each bin where it has
+    samples; marker area grows with the group's count in the bin."""
+    n_bins = check_positive_int(n_bins, "n_bins")
+    conf, correct = metrics.confidences_and_correct(probs, labels)
+    conf_np, right = _numpy(conf).astype(np.float64), _numpy(correct).astype(bool)
+    vals = _numpy(values).astype(np.float64)
+    if vals.shape != conf_np.shape:
+        raise ValueError(f"values must hold one value per sample: shape {conf_np.shape}, "
+                         f"got {vals.shape}")
+    ax = _axes(ax, (5.0, 3.6))
+    edges = np.quantile(conf_np, np.linspace(0, 1, n_bins + 1))
+    which = np.clip(np.searchsorted(edges, conf_np, side="right") - 1, 0, n_bins - 1)
+    for group, label, color in ((right, "correct", "C0"), (~right, "misclassified", "C3")):
+        xs, ys, ns = [], [], []
+        for b in range(n_bins):
+            members = group & (which == b)
+            if members.any():
+                xs.append(conf_np[members].mean())
+                ys.append(vals[members].mean())
+                ns.append(int(members.sum()))
+        sizes = 12 + 60 * np.sqrt(np.asarray(ns, dtype=float) / max(ns, default=1))
+        ax.plot(xs, ys, color=color, linewidth=1)
+        ax.scatter(xs, ys, s=sizes, color=color, label=f"{label} ({int(group.sum()):,})",
+                   zorder=3)
+    ax.set_xlabel("confidence (mean in each equal-mass bin)")
+    ax.set_ylabel(f"mean {name}")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
 def risk_coverage(
     probs: Any | Mapping[str, Any], labels: Any, *, ax: Axes | None = None,
     title: str | None = None,

@@ -3,8 +3,9 @@ test and benchmark.
 
 On Linux Ray replaces ``127.0.0.1`` in ``--node-ip-address`` and ``--address`` with the
 machine's outward address (so that other machines can reach the node). We want a cluster
-that no other machine can reach, so :func:`keep_loopback` leaves loopback addresses as
-given; run as a script, this module is the ``ray`` command with that change.
+that no other machine can reach, so :func:`calnotes.runs.executor.keep_loopback` leaves
+loopback addresses as given; run as a script, this module is the ``ray`` command with that
+change.
 :func:`local_cluster` starts a head and more nodes with it (``ray start --block``, no
 dashboard, no usage reporting, a token of its own) and stops them, also on failure.
 """
@@ -27,23 +28,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-
-LOOPBACK = ("127.0.0.1", "localhost")
-
-
-def keep_loopback() -> None:
-    """Make Ray keep ``127.0.0.1`` where it is given (in this process)."""
-    import ray._private.services as services
-
-    resolve = services.resolve_ip_for_localhost
-    if getattr(resolve, "keeps_loopback", False):
-        return
-
-    def resolve_keeping_loopback(host: str) -> str:
-        return host if host in LOOPBACK else resolve(host)
-
-    resolve_keeping_loopback.keeps_loopback = True  # type: ignore[attr-defined]
-    services.resolve_ip_for_localhost = resolve_keeping_loopback
 
 
 def _free_port() -> int:
@@ -125,6 +109,8 @@ def local_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Cluster]:
 
 
 if __name__ == "__main__":
+    from calnotes.runs.executor import keep_loopback
+
     keep_loopback()
     from ray.scripts.scripts import main
 

@@ -399,3 +399,37 @@ def test_a_test_edited_after_its_runs_is_dated_by_the_edit(tmp_path: Path,
                     encoding="utf-8")
     cl._git.cache_clear()
     assert cl._declared(path, "focal-lowers-ece", runs) == "not yet committed"
+
+
+def test_an_arm_may_name_a_selection_rule(tmp_path: Path, store: RunStore,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = {"loss": "focal"}
+
+    def rule(s: RunStore) -> dict:
+        assert s is store  # the rule reads the store the evaluator reads
+        if chosen is None:
+            raise cl.RunNotFound("the rule's candidate of 4 epochs is not stored")
+        return dict(chosen)
+
+    monkeypatch.setitem(cl.RULES, "pick-loss", rule)
+    path = write(tmp_path, ARMS.replace("claims:", "  RULED: {label: chXX, rule: pick-loss}\n"
+                                                   "claims:") + """  - id: ruled
+    claim: The ruled arm's stored ECE is above 4%.
+    work: guo2017calibration
+    where: Section 3
+    test: {a: RULED, statistic: test_ece, scale: 100, unit: points, direction: above, null: 4}
+""")
+    row = cl.evaluate_claims(path, store).set_index("id").loc["ruled"]
+    assert row["n"] == len(ECE["focal"])
+    assert row["estimate"] == pytest.approx(100 * np.mean(ECE["focal"]))
+    assert set(cl.arm_runs(path, "RULED", store)) == set(range(len(ECE["focal"])))
+    chosen = None  # the rule cannot choose yet: the claim waits, it does not crash
+    row = cl.evaluate_claims(path, store).set_index("id").loc["ruled"]
+    assert row["verdict"] == st.INCONCLUSIVE and "cannot choose yet" in row["evidence"]
+    monkeypatch.delitem(cl.RULES, "pick-loss")
+    with pytest.raises(ValueError, match="unknown selection rule 'pick-loss'"):
+        cl.evaluate_claims(path, store)
+    bad = write(tmp_path, ARMS.replace("claims:", "  RULED: {label: chXX, rule: 3}\nclaims:")
+                + PREMISED)
+    with pytest.raises(ValueError, match="rule must name a selection rule"):
+        cl.load_claims(bad)

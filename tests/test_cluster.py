@@ -81,7 +81,7 @@ def _tiny(seed: int) -> dict:
 DRIVER = textwrap.dedent(
     """
     import json, sys, time
-    from ray_loopback import keep_loopback
+    from calnotes.runs.executor import keep_loopback
     keep_loopback()  # connect to 127.0.0.1 as given
     import ray
     from calnotes.runs.executor import RunsFailed, execute

@@ -284,3 +284,23 @@ def test_grid_figsize_fits_the_page_or_says_how_many_rows_do() -> None:
         grid_figsize(1, 2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="row_pad"):
         grid_figsize(1, 2, row_pad=-1)
+
+
+def test_value_by_confidence_draws_each_groups_mean_per_equal_mass_bin(predictions):
+    probs, labels = predictions
+    conf = probs.max(1)
+    right = probs.argmax(1) == labels
+    values = np.where(right, 1.0, 3.0) + conf  # known means per group and bin
+    ax = plots.value_by_confidence(values, probs, labels, n_bins=4, name="γ")
+    correct, wrong = ax.get_lines()[:2]
+    edges = np.quantile(conf, [0, 0.25, 0.5, 0.75, 1])
+    first = right & (conf <= edges[1])
+    assert correct.get_xdata()[0] == pytest.approx(conf[first].mean())
+    assert correct.get_ydata()[0] == pytest.approx(1.0 + conf[first].mean())
+    assert np.allclose(np.asarray(wrong.get_ydata()) - np.asarray(wrong.get_xdata()), 3.0)
+    assert ax.get_ylabel() == "mean γ"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [f"correct ({right.sum():,})", f"misclassified ({(~right).sum():,})"]
+    with pytest.raises(ValueError, match="one value per sample"):
+        plots.value_by_confidence(values[:-1], probs, labels)
+    plt.close("all")

@@ -15,6 +15,12 @@ and the effect the work reports. :func:`evaluate_claims` chooses the design:
 
 and the verdict of :func:`calnotes.stats.verdict`, or ``premise fails here`` when the claim's
 premise (another claim) does not reproduce, or ``not testable at this scale``.
+
+An arm may name a **selection rule** (``rule: NAME``, registered with :func:`register_rule`)
+that a chapter declared before its runs, e.g. the number of epochs chosen on validation data:
+the rule reads the store and returns config keys that join the arm's ``where``. The claim's
+definition names the rule, not its outcome, so a rule applied after it was declared keeps
+the claim "before its runs"; while the rule's candidates are not stored the claim waits.
 """
 
 from __future__ import annotations
@@ -38,24 +44,27 @@ from calnotes.calibrators import TemperatureScaling
 from calnotes.runs.store import RunNotFound, RunStore, StoredRun
 
 __all__ = [
-    "CLAIM_FIELDS", "MEASURES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS", "arm_runs",
+    "CLAIM_FIELDS", "MEASURES", "RULES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS", "arm_runs",
     "evaluate_claims",
-    "load_claims", "register_measure", "register_study", "run_measure",
+    "load_claims", "register_measure", "register_rule", "register_study", "run_measure",
 ]
 
 Measure = Callable[..., float]
 Study = Callable[..., Any]
+Rule = Callable[[RunStore], Mapping[str, Any]]
 #: Registered measures: ``name -> f(run, index=None, **options) -> float``.
 MEASURES: dict[str, Measure] = {}
 #: Registered studies: ``name -> f(**options) -> 1-D array of replicate effect values``.
 STUDIES: dict[str, Study] = {}
+#: Selection rules of arms: ``f(store) -> {dotted config key: value}``.
+RULES: dict[str, Rule] = {}
 #: Config keys that define a seed's data split: arms agreeing on them can be paired.
 SPLIT_KEYS = ("dataset", "train_subset", "val_size", "test_subset", "seed")
 CLAIM_FIELDS = ("id", "claim", "original", "work", "where", "premise", "key", "test",
                 "not_testable")
 TEST_FIELDS = ("a", "b", "statistic", "study", "options", "effect", "scale", "unit",
                "direction", "null", "paper", "design", "resamples")
-ARM_FIELDS = ("label", "where", "seeds", "options")
+ARM_FIELDS = ("label", "where", "seeds", "options", "rule")
 TABLE_COLUMNS = ("id", "claim", "original", "work", "where", "premise", "key", "design", "n",
                  "estimate", "low", "high", "detectable", "paper", "null", "direction",
                  "unit", "verdict", "declared", "evidence")
@@ -74,6 +83,16 @@ def register_study(name: str) -> Callable[[Study], Study]:
     """Decorator: register ``f(**options) -> replicate values`` as study ``name``."""
     def wrap(f: Study) -> Study:
         STUDIES[name] = f
+        return f
+    return wrap
+
+
+def register_rule(name: str) -> Callable[[Rule], Rule]:
+    """Decorator: register ``f(store) -> {config key: value}`` as the selection rule
+    ``name`` an arm may name; it raises :class:`~calnotes.runs.store.RunNotFound` while
+    the runs it chooses among are not stored."""
+    def wrap(f: Rule) -> Rule:
+        RULES[name] = f
         return f
     return wrap
 
@@ -167,6 +186,9 @@ def load_claims(path: str | Path) -> dict[str, Any]:
             raise _fail(path, f"arm {name!r}", "where must be a mapping of config keys")
         if not isinstance(arm.get("options", {}), dict):
             raise _fail(path, f"arm {name!r}", "options must be a mapping of measure options")
+        if "rule" in arm and (not isinstance(arm["rule"], str) or not arm["rule"].strip()):
+            raise _fail(path, f"arm {name!r}", f"rule must name a selection rule, got "
+                                               f"{arm['rule']!r}")
         seeds = arm.get("seeds")
         if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(
                 isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
@@ -248,7 +270,16 @@ class _Index:
 
     def arm(self, name: str, arm: Mapping[str, Any]) -> dict[int, StoredRun]:
         labels = arm["label"] if isinstance(arm["label"], list) else [arm["label"]]
-        where = arm.get("where") or {}
+        where = dict(arm.get("where") or {})
+        if "rule" in arm:
+            if arm["rule"] not in RULES:
+                raise ValueError(f"arm {name!r}: unknown selection rule {arm['rule']!r}; "
+                                 f"registered: {', '.join(sorted(RULES)) or 'none'}")
+            try:
+                where.update(RULES[arm["rule"]](self.store))
+            except RunNotFound as missing:
+                raise _NoRuns(f"arm {name!r}: its rule {arm['rule']!r} cannot choose yet "
+                              f"({missing})") from missing
         seeds = arm.get("seeds")
         out: dict[int, StoredRun] = {}
         for run in self.runs:

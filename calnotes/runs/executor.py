@@ -11,10 +11,11 @@ trains the rest on one of two backends:
 
 The default (``backend="auto"``) is Ray when an address is given or ``$RAY_ADDRESS`` is
 set; otherwise Ray on this machine when Ray is installed and more than one run is
-missing; otherwise sequential. ``$CALNOTES_EXECUTOR`` (``sequential`` or ``ray``) overrides
-that rule for every ``"auto"`` call, e.g. to time a chapter both ways. Why: one run gains nothing from Ray but its start-up
+missing; otherwise sequential. Why: one run gains nothing from Ray but its start-up
 (seconds), and without Ray installed the book still runs (Ray is an optional extra), so
 those cases keep the path that has always trained the book's runs.
+``$CALNOTES_EXECUTOR`` (``sequential`` or ``ray``) overrides that rule for every ``"auto"``
+call, e.g. to time a chapter both ways.
 
 One writer: a Ray task returns its :class:`~calnotes.runs.experiment.RunResult` (logits,
 history, metrics, wall time, device) to the driver, which alone publishes it into the
@@ -65,8 +66,9 @@ from calnotes.runs.store import (
     load_or_run,
 )
 
-__all__ = ["BACKENDS", "BACKEND_VARIABLE", "ExecutionReport", "RunsFailed", "chapter_runs", "choose_backend",
-           "compute_runs", "execute", "ray_available", "run_name"]
+__all__ = ["BACKENDS", "BACKEND_VARIABLE", "LOOPBACK", "ExecutionReport", "RunsFailed",
+           "chapter_runs", "choose_backend", "compute_runs", "execute", "keep_loopback",
+           "ray_available", "run_name"]
 
 BACKENDS = ("auto", "sequential", "ray")
 #: Environment variable naming the backend of every ``backend="auto"`` call.
@@ -302,6 +304,31 @@ def _run_sequential(missing: dict[str, dict[str, Any]], *, label: str | None, st
     return nodes, failures
 
 
+#: Host names of a cluster on this machine's loopback interface.
+LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def keep_loopback() -> None:
+    """Make Ray keep a loopback address where it is given (in this process).
+
+    On Linux Ray replaces ``127.0.0.1`` in a node's or a driver's address with the
+    machine's outward address, so that other machines can reach it; a cluster started on
+    127.0.0.1 (which no other machine can reach) is then not found. Called by
+    :func:`execute` for an address on the loopback interface, and by the scripts that start
+    such a cluster."""
+    import ray._private.services as services
+
+    resolve = services.resolve_ip_for_localhost
+    if getattr(resolve, "keeps_loopback", False):
+        return
+
+    def resolve_keeping_loopback(host: str) -> str:
+        return host if host in LOOPBACK else resolve(host)
+
+    resolve_keeping_loopback.keeps_loopback = True  # type: ignore[attr-defined]
+    services.resolve_ip_for_localhost = resolve_keeping_loopback
+
+
 def _connect_ray(address: str | None, options: Mapping[str, Any]) -> bool:
     """``ray.init`` unless already connected; True when this call connected."""
     import ray
@@ -309,6 +336,8 @@ def _connect_ray(address: str | None, options: Mapping[str, Any]) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None and address.rsplit(":", 1)[0] in LOOPBACK:
+        keep_loopback()
     kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
     if address is None:  # a local Ray on this machine's cores, torn down at the end
         kwargs.update(address="local", num_cpus=os.cpu_count() or 1)

@@ -25,18 +25,13 @@ import torch
 from calnotes import metrics
 from calnotes.calibrators import CALIBRATORS
 from calnotes.evaluation import UNCALIBRATED
+from calnotes.runs.claims import register_measure, register_rule
 from calnotes.runs.experiment import default_config
-
-try:  # the claims evaluator (calnotes.runs.claims) registers the measures by name
-    from calnotes.runs.claims import register_measure
-except ImportError:  # pragma: no cover - before the evaluator exists
-    def register_measure(name: str):  # type: ignore[no-redef]
-        """Stand-in that leaves the function unregistered."""
-        return lambda function: function
+from calnotes.runs.store import RunStore
 
 __all__ = ["RULE_EPOCHS", "RULE_SEEDS", "binary_r18_config", "calibrated_probs", "confidences",
-           "evaluate", "lecture_bins", "posthoc", "rule_epochs", "share_at_one",
-           "validation_error"]
+           "evaluate", "lecture_bins", "posthoc", "r18_binary_epochs", "rule_epochs",
+           "share_at_one", "validation_error"]
 
 #: The declared rule of the binary ResNet-18 (claims file, "R18-bin"): its candidate numbers of
 #: epochs, chosen on seed 0's validation error, and the seeds its claims are measured on.
@@ -78,6 +73,14 @@ def rule_epochs(candidates: dict[int, Any]) -> int:
         raise ValueError(f"candidates must hold runs for epochs {list(RULE_EPOCHS)}, "
                          f"got {sorted(candidates)}")
     return min(candidates, key=lambda e: (validation_error(candidates[e]), e))
+
+
+@register_rule("r18-binary-epochs")
+def r18_binary_epochs(store: RunStore) -> dict[str, int]:
+    """The claims' selection rule: ``{"epochs": E}`` by :func:`rule_epochs` on seed 0's
+    stored candidates (:class:`~calnotes.runs.store.RunNotFound` while one is missing)."""
+    return {"epochs": rule_epochs({e: store.load(binary_r18_config(0, e))
+                                   for e in RULE_EPOCHS})}
 
 
 def _choice(value: Any, name: str, allowed: tuple | dict) -> Any:

@@ -33,9 +33,9 @@ import torch
 
 from calnotes import calibrators, data, ood
 from calnotes.runs.claims import register_measure
+from calnotes.runs.executor import chapter_runs
 from calnotes.runs.experiment import default_config
 from calnotes.runs.ood import run_odin_logits, run_ood_logits, run_test_images
-from calnotes.runs.executor import chapter_runs
 from calnotes.runs.store import RunNotFound, StoredRun, load_or_run
 
 __all__ = [

@@ -44,8 +44,8 @@ from calnotes.synthetic import SyntheticModel
 
 __all__ = [
     "BIN_COUNTS", "LABEL", "bias_gap", "ece_over_bins", "epoch_cost",
-    "gamma_misclassification_auroc", "gamma_phases", "gamma_std_growth", "l2_coefficients", "mce_over_bins", "meta_steps",
-    "outer_cost", "reference_dece",
+    "gamma_misclassification_auroc", "gamma_phases", "gamma_std_growth", "l2_coefficients",
+    "mce_over_bins", "meta_steps", "outer_cost", "reference_dece",
 ]
 
 LABEL = "ch05_meta"
