@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from calnotes.book.claims import claims_table, show_claims, verdict_of
-from calnotes.runs.store import chapter_run
+from calnotes.runs.executor import chapter_runs
+from calnotes.runs.store import StoredRun
 from calnotes.training import seed_everything, select_device
 
 __all__ = [
@@ -31,6 +32,16 @@ def setup_chapter(seed: int = 0, device: str = "auto", style: bool = True) -> to
         sns.set_theme(style="whitegrid", context="notebook", font_scale=0.9)
         plt.rcParams["figure.dpi"] = 110
     return select_device(device)
+
+
+def chapter_run(config: Mapping[str, Any], *, label: str | None = None, use_store: bool,
+                smoke: bool, device: str | torch.device = "auto") -> StoredRun:
+    """One run of a chapter, through the executor like every list of runs
+    (:func:`calnotes.runs.executor.chapter_runs`): loaded from ``results/``, or trained and
+    stored first, in this process, or on the cluster that ``$RAY_ADDRESS`` names. SMOKE runs
+    and ``use_store=False`` train into a fresh temporary store."""
+    return chapter_runs([config], label=label, use_store=use_store, smoke=smoke,
+                        device=device)[0]
 
 
 def glue(name: str, value: Any) -> None:
