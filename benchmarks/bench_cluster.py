@@ -12,9 +12,11 @@ must store identical bits. Named explicitly, not part of ``make bench``::
 
 ``--results CHAPTER`` instead runs a whole chapter as ``make results CHAPTER=..`` does
 (``python -m calnotes.book results --chapter CHAPTER``, with the chapter parameters given by
-``-p NAME VALUE``) twice, each into an empty scratch store: once on the sequential path
-(``CALNOTES_EXECUTOR=sequential``) and once with ``RAY_ADDRESS`` naming the two-node cluster,
-both with one thread per run; then it compares the two stores run by run::
+``-p NAME VALUE``) twice, each into a scratch copy of ``results/`` (a reader's clone: the
+chapters read the book's stored evidence runs at any parameters): once on the sequential
+path (``CALNOTES_EXECUTOR=sequential``) and once with ``RAY_ADDRESS`` naming the two-node
+cluster, both with one thread per run; then it compares, run by run, what each path
+trained::
 
     python benchmarks/bench_cluster.py --results 02 -p TRAIN_SUBSET 500 -p EPOCHS 2
 """
@@ -33,6 +35,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO_RESULTS = HERE.parent / "results"
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 DRIVER = textwrap.dedent(
@@ -55,18 +58,22 @@ DRIVER = textwrap.dedent(
 )
 
 
-def compare_stores(a_root: Path, b_root: Path) -> bool:
+def _hashes(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+def compare_stores(a_root: Path, b_root: Path, before: set[str] = frozenset()) -> bool:
     """Print, run by run, whether two stores hold the same configs with identical logits,
-    history (less its timings) and metrics; True when they all are."""
+    history (less its timings) and metrics, leaving out the runs of ``before`` (those both
+    started with); True when they all are."""
     import torch
 
     from calnotes.runs.store import RunStore
 
     a, b = RunStore(a_root), RunStore(b_root)
-    hashes_a = sorted(p.name for p in a.root.iterdir() if not p.name.startswith("."))
-    hashes_b = sorted(p.name for p in b.root.iterdir() if not p.name.startswith("."))
-    print(f"{len(hashes_a)} runs stored sequentially, {len(hashes_b)} through the cluster; "
-          f"same config hashes: {hashes_a == hashes_b}")
+    hashes_a, hashes_b = sorted(_hashes(a.root) - before), sorted(_hashes(b.root) - before)
+    print(f"{len(hashes_a)} runs trained and stored sequentially, {len(hashes_b)} through the "
+          f"cluster; same config hashes: {hashes_a == hashes_b}")
     same = hashes_a == hashes_b and bool(hashes_a)
     for digest in sorted(set(hashes_a) & set(hashes_b)):
         config = json.loads((a.root / digest / "config.json").read_text())
@@ -90,7 +97,12 @@ def chapter_results(chapter: str, parameters: list[list[str]], scratch: Path) ->
                *[x for pair in parameters for x in ("-p", *pair)]]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CALNOTES_"))}
 
+    book_runs = scratch / "book-results"  # one snapshot: results/ may grow meanwhile
+    shutil.copytree(REPO_RESULTS, book_runs)
+    before = _hashes(book_runs)
+
     def run(name: str, env: dict[str, str]) -> float:
+        shutil.copytree(book_runs, scratch / name / "results")
         env = {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent),
                "CALNOTES_RESULTS": str(scratch / name / "results"),
                "CALNOTES_CHECKPOINTS": str(scratch / name / "checkpoints")}
@@ -109,7 +121,8 @@ def chapter_results(chapter: str, parameters: list[list[str]], scratch: Path) ->
     sequential = run("sequential", {**base, "CALNOTES_EXECUTOR": "sequential"})
     with local_cluster(nodes=2, cpus=1) as cluster:
         clustered = run("cluster", {**base, **cluster.env, "RAY_ADDRESS": cluster.address})
-    same = compare_stores(scratch / "sequential" / "results", scratch / "cluster" / "results")
+    same = compare_stores(scratch / "sequential" / "results", scratch / "cluster" / "results",
+                          before)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"make results CHAPTER={chapter}: sequential {sequential:.0f} s; two-node cluster "
           f"(1 CPU each, its start-up included) {clustered:.0f} s; speed-up "

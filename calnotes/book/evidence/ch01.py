@@ -32,11 +32,12 @@ def _check(name: str, value: object, choices: tuple[str, ...]) -> str:
 @lru_cache(maxsize=1)
 def network_beta() -> tuple[float, float]:
     """``(a, b)`` of ``0.5 + 0.5 Beta(a, b)`` fitted by moments to the test confidences of
-    chapter 1's stored LeNet-5 (seed 0): ``B = 2c - 1`` clipped to ``[1e-6, 1 - 1e-6]``,
-    ``a = m k``, ``b = (1 - m) k`` with ``k = m (1 - m) / v - 1``."""
-    from calnotes.runs.store import RunStore
+    chapter 1's LeNet-5 (seed 0, the book's parameters; trained and stored first if the
+    store lacks it): ``B = 2c - 1`` clipped to ``[1e-6, 1 - 1e-6]``, ``a = m k``,
+    ``b = (1 - m) k`` with ``k = m (1 - m) / v - 1``."""
+    from calnotes.runs.store import load_or_run
 
-    run = RunStore().load(ch01_config(0))
+    run = load_or_run(ch01_config(0), label="ch01_measuring", progress=False)
     conf = torch.softmax(run.test_logits.double(), dim=1).max(dim=1).values.numpy()
     b = np.clip(2.0 * conf - 1.0, 1e-6, 1.0 - 1e-6)
     m, v = float(b.mean()), float(b.var())
