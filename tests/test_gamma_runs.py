@@ -33,9 +33,13 @@ def stored(tmp_path_factory):
 
 def test_test_gamma_is_gamma_nets_on_each_test_image_and_is_cached(stored, monkeypatch):
     run, ckpt = stored
-    gamma = run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    out = run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    gamma = out.gamma
     assert gamma.shape == (run.test_logits.shape[0],) and gamma.dtype == torch.float32
     assert bool((gamma > 0).all())  # gamma-Net's output is a positive gamma
+    # the run's own checkpoint: its network is the stored one (float32 sums reordered)
+    assert out.reproduces and out.max_logit_diff < 1e-4
+    torch.testing.assert_close(out.logits, run.test_logits, rtol=1e-5, atol=1e-5)
     # the trainer recorded gamma's mean and std on the same test images after the last epoch
     # (one forward in batches of 64 there, of 1000 here: float32 sums reordered)
     mean, std = run.history["gamma_mean"][-1], run.history["gamma_std"][-1]
@@ -47,7 +51,8 @@ def test_test_gamma_is_gamma_nets_on_each_test_image_and_is_cached(stored, monke
         raise AssertionError("a stored gamma needs no weights")
 
     monkeypatch.setattr(gamma_runs, "trained_state", no_weights)
-    assert torch.equal(run_test_gamma(run, device="cpu", checkpoint_root=ckpt), gamma)
+    again = run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    assert torch.equal(again.gamma, gamma) and torch.equal(again.logits, out.logits)
 
 
 def test_test_gamma_retrains_without_a_checkpoint(stored, tmp_path):
@@ -58,7 +63,20 @@ def test_test_gamma_retrains_without_a_checkpoint(stored, tmp_path):
     shutil.rmtree(folder / GAMMA_FOLDER)
     copy = dataclasses.replace(run, path=folder)
     again = run_test_gamma(copy, device="cpu", checkpoint_root=tmp_path / "none")
-    torch.testing.assert_close(again, cached, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again.gamma, cached.gamma, rtol=1e-5, atol=1e-5)
+    assert again.reproduces
+
+
+def test_a_retrained_network_that_diverged_is_kept_and_said_so(stored, tmp_path):
+    run, ckpt = stored
+    folder = tmp_path / "results" / run.path.name
+    shutil.copytree(run.path, folder)
+    shutil.rmtree(folder / GAMMA_FOLDER, ignore_errors=True)
+    # as if another CPU had stored the run: its stored logits differ from any retraining
+    moved = dataclasses.replace(run, path=folder, test_logits=run.test_logits + 0.5)
+    out = run_test_gamma(moved, device="cpu", checkpoint_root=tmp_path / "none")
+    assert not out.reproduces and out.max_logit_diff == pytest.approx(0.5, abs=1e-4)
+    torch.testing.assert_close(out.logits, run.test_logits, rtol=1e-5, atol=1e-5)
 
 
 def test_damaged_gamma_is_reported_with_its_path(stored, tmp_path):

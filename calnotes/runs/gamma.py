@@ -2,33 +2,51 @@
 
 A meta run (``config["meta"]["learner"] == "gamma-net"``) stores per epoch only the mean and
 spread of gamma on the test images. :func:`run_test_gamma` recovers gamma-Net from the run's
-final checkpoint (or trains the run again, deterministic on the CPU, and checks that it
-reproduces the stored test logits; see :func:`calnotes.runs.ood.trained_state`), evaluates
-:math:`\\gamma_i = \\text{gamma-Net}(f(x_i))` on every test image in eval mode, in the order of
-the stored ``test_logits``, and stores the float32 values inside the run's folder (entry
-``gamma/``: published whole, checksummed, read back verified), so later calls need no
-weights.
+final checkpoint, or trains the run again (see :func:`calnotes.runs.ood.trained_state`),
+evaluates :math:`\\gamma_i = \\text{gamma-Net}(f(x_i))` on every test image in eval mode, in
+the order of the stored ``test_logits``, and stores the float32 values inside the run's
+folder (entry ``gamma/``: published whole, checksummed, read back verified), so later calls
+need no weights. With them it stores the test logits of the network gamma-Net was read
+from: a run retrained on another CPU than the one that stored it can diverge in its last
+bits over many epochs, and then gamma belongs to the retrained network, whose own logits
+(not the stored ones) say which images it misclassifies. The entry's manifest records
+whether that network reproduced the stored logits (within 2e-3) and the largest
+difference.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from calnotes import data
+from calnotes import data, training
 from calnotes.runs import experiment, store
 from calnotes.runs.ood import trained_state
 
-__all__ = ["GAMMA_FILE", "GAMMA_FOLDER", "run_test_gamma"]
+__all__ = ["GAMMA_FILE", "GAMMA_FOLDER", "TestGamma", "run_test_gamma"]
 
 #: Entry, inside a stored run's folder, of its per-sample test gamma.
 GAMMA_FOLDER = "gamma"
-#: File of that entry: the float32 ``gamma`` ``(N,)`` (compressed npz).
+#: File of that entry: float32 ``gamma`` ``(N,)`` and ``logits`` ``(N, C)`` (compressed npz).
 GAMMA_FILE = "test_gamma.npz"
 _KIND = "test_gamma"
+
+
+@dataclass(frozen=True)
+class TestGamma:
+    """gamma-Net's ``gamma`` ``(N,)`` on a run's test images and the ``logits`` ``(N, C)`` of
+    the network it was read from (float32, CPU, in the order of the stored test set);
+    ``reproduces``: whether those logits match the stored ones within 2e-3, and
+    ``max_logit_diff`` the largest absolute difference."""
+
+    gamma: torch.Tensor
+    logits: torch.Tensor
+    reproduces: bool
+    max_logit_diff: float
 
 
 def _check_gamma_run(run: Any) -> dict[str, Any]:
@@ -41,7 +59,7 @@ def _check_gamma_run(run: Any) -> dict[str, Any]:
     return cfg
 
 
-def _read(run: Any) -> np.ndarray | None:
+def _read(run: Any) -> TestGamma | None:
     folder = Path(run.path) / GAMMA_FOLDER
     if not folder.is_dir():
         return None
@@ -53,12 +71,16 @@ def _read(run: Any) -> np.ndarray | None:
     if manifest.get("config_hash") != run.path.name or GAMMA_FILE not in files:
         raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe this run's "
                                f"test gamma; {remedy}")
-    gamma = store.parse_npz(files[GAMMA_FILE], folder / GAMMA_FILE, remedy).get("gamma")
-    n = run.test_logits.shape[0]
-    if gamma is None or gamma.dtype != np.float32 or gamma.shape != (n,):
-        raise store.CorruptRun(f"{folder / GAMMA_FILE} holds no float32 gamma of shape ({n},);"
-                               f" {remedy}")
-    return gamma
+    arrays = store.parse_npz(files[GAMMA_FILE], folder / GAMMA_FILE, remedy)
+    gamma, logits = arrays.get("gamma"), arrays.get("logits")
+    shape = tuple(run.test_logits.shape)
+    if (gamma is None or logits is None or gamma.dtype != np.float32
+            or logits.dtype != np.float32 or gamma.shape != shape[:1] or logits.shape != shape
+            or not isinstance(manifest.get("reproduces"), bool)):
+        raise store.CorruptRun(f"{folder / GAMMA_FILE} holds no float32 gamma {shape[:1]} and "
+                               f"logits {shape} with their manifest; {remedy}")
+    return TestGamma(torch.from_numpy(gamma), torch.from_numpy(logits),
+                     manifest["reproduces"], float(manifest["max_logit_diff"]))
 
 
 def run_test_gamma(
@@ -67,27 +89,31 @@ def run_test_gamma(
     device: str | torch.device = "auto",
     checkpoint_root: str | Path | None = None,
     retrain: bool = True,
-) -> torch.Tensor:
-    """gamma-Net's gamma ``(N,)`` (float32, CPU) on each test image of a stored gamma-Net
-    run, in the order of its ``test_logits`` (see the module docstring). ``ValueError`` for a
-    run without gamma-Net; ``checkpoint_root`` and ``retrain`` as for
-    :func:`calnotes.runs.ood.trained_model`."""
+) -> TestGamma:
+    """gamma-Net's gamma on each test image of a stored gamma-Net run, with the logits of
+    the network it was read from (see the module docstring). ``ValueError`` for a run
+    without gamma-Net; ``checkpoint_root`` and ``retrain`` as for
+    :func:`calnotes.runs.ood.trained_model`, except that a retrained network is kept even
+    where it does not reproduce the stored logits (the result says so)."""
     cfg = _check_gamma_run(run)
     found = _read(run)
     if found is None:
-        model, state, splits = trained_state(run, device=device,
-                                             checkpoint_root=checkpoint_root, retrain=retrain)
+        model, state, splits = trained_state(run, device=device, checkpoint_root=checkpoint_root,
+                                             retrain=retrain, must_reproduce=False)
         if "gamma_net" not in state:
             raise RuntimeError(f"the checkpoint of run {run.path.name} holds no gamma-Net")
         trainer = experiment.make_trainer(cfg, model, device=device, progress=False)
         trainer.gamma_net.load_state_dict(state["gamma_net"])
-        _, _, test_loader = data.make_loaders(splits, batch_size=1000,
-                                              device=trainer.device)
+        _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=trainer.device)
         gamma = trainer.predict_gamma(test_loader).numpy().astype(np.float32)
+        logits = training.predict_logits(model, test_loader)[0].numpy().astype(np.float32)
+        diff = float(np.abs(logits - run.test_logits.numpy()).max())
+        reproduces = bool(np.allclose(logits, run.test_logits.numpy(), rtol=2e-3, atol=2e-3))
         store.write_entry(Path(run.path) / GAMMA_FOLDER,
-                          {GAMMA_FILE: store.npz_bytes({"gamma": gamma})},
-                          {"kind": _KIND, "config_hash": run.path.name})
+                          {GAMMA_FILE: store.npz_bytes({"gamma": gamma, "logits": logits})},
+                          {"kind": _KIND, "config_hash": run.path.name,
+                           "reproduces": reproduces, "max_logit_diff": diff})
         found = _read(run)  # read back verified
         if found is None:
             raise RuntimeError(f"the test gamma of run {run.path.name} was not stored")
-    return torch.from_numpy(found)
+    return found

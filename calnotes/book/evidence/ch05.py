@@ -118,13 +118,15 @@ def gamma_std_growth(run: Any, index: Any = None) -> float:
 def gamma_misclassification_auroc(run: Any, index: Any = None) -> float:
     """AUROC of gamma-Net's per-sample test gamma as a score of misclassification:
     ``P(gamma_wrong > gamma_right) + P(tie) / 2`` over the test images ``index`` (all by
-    default). Reads the gamma stored by :func:`calnotes.runs.gamma.run_test_gamma`;
+    default), an image wrong where the network gamma was read from misclassifies it. Reads
+    what :func:`calnotes.runs.gamma.run_test_gamma` stored;
     :class:`~calnotes.runs.store.RunNotFound` while it is not stored (the claim waits)."""
     if not (Path(run.path) / GAMMA_FOLDER).is_dir():
         raise RunNotFound(f"the per-sample test gamma of run {run.path.name} is not stored "
                           "yet (tools/ch05_gamma.py computes it)")
-    gamma = run_test_gamma(run, retrain=False).double()
-    wrong = run.test_logits.argmax(1) != run.test_labels
+    stored = run_test_gamma(run, retrain=False)
+    gamma = stored.gamma.double()
+    wrong = stored.logits.argmax(1) != run.test_labels
     if index is not None:
         gamma, wrong = gamma[index], wrong[index]
     if bool(wrong.all()) or not bool(wrong.any()):
