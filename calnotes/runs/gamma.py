@@ -61,17 +61,13 @@ def _check_gamma_run(run: Any) -> dict[str, Any]:
 
 def _read(run: Any) -> TestGamma | None:
     folder = Path(run.path) / GAMMA_FOLDER
-    if not folder.is_dir():
+    found = store.read_arrays_entry(folder, kind=_KIND, file=GAMMA_FILE,
+                                    expected={"config_hash": run.path.name},
+                                    what="this run's test gamma")
+    if found is None:
         return None
+    manifest, arrays = found
     remedy = f"delete the folder {folder}; the next call recomputes it"
-    try:
-        manifest, files = store.read_entry(folder, kind=_KIND, remedy=remedy)
-    except store.OutdatedRun:
-        return None  # recomputed, and replaced by write_entry
-    if manifest.get("config_hash") != run.path.name or GAMMA_FILE not in files:
-        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe this run's "
-                               f"test gamma; {remedy}")
-    arrays = store.parse_npz(files[GAMMA_FILE], folder / GAMMA_FILE, remedy)
     gamma, logits = arrays.get("gamma"), arrays.get("logits")
     shape = tuple(run.test_logits.shape)
     if (gamma is None or logits is None or gamma.dtype != np.float32

@@ -258,17 +258,12 @@ def _read_logits_entry(run: Any, key: str, kind: str, fname: str,
     holds ``expected`` (``None`` if not stored or stored in an older format);
     :class:`calnotes.runs.store.CorruptRun` if damaged."""
     folder = _ood_entry(run, key)
-    if not folder.is_dir():
+    found = store.read_arrays_entry(folder, kind=kind, file=fname, expected=expected,
+                                    what="these images' logits")
+    if found is None:
         return None
+    arrays = found[1]
     remedy = f"delete the folder {folder}; the next call recomputes it"
-    try:
-        manifest, files = store.read_entry(folder, kind=kind, remedy=remedy)
-    except store.OutdatedRun:
-        return None  # recomputed, and replaced by write_entry
-    if any(manifest.get(k) != v for k, v in expected.items()) or fname not in files:
-        raise store.CorruptRun(f"{folder / store.MANIFEST} does not describe these images' "
-                               f"logits; {remedy}")
-    arrays = store.parse_npz(files[fname], folder / fname, remedy)
     logits = arrays.get("logits")
     if logits is None or logits.ndim != 2 or logits.dtype != np.float32:
         raise store.CorruptRun(f"{folder / fname} holds no float32 (N, C) logits; {remedy}")

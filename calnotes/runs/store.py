@@ -66,6 +66,7 @@ __all__ = [
     "default_checkpoint_root",
     "default_results_root",
     "load_or_run",
+    "read_arrays_entry",
     "read_entry",
     "wall_time_text",
     "write_entry",
@@ -303,6 +304,27 @@ def parse_npz(data: bytes, path: Path, remedy: str = _RECOMPUTE) -> dict[str, np
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
         raise CorruptRun(f"{path} is not a readable .npz ({type(err).__name__}: {err}): it is "
                          f"truncated or damaged; {remedy}") from err
+
+
+def read_arrays_entry(folder: str | os.PathLike, *, kind: str, file: str,
+                      expected: Mapping[str, Any], what: str
+                      ) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """``(manifest, arrays)`` of the entry ``folder`` of ``kind`` whose manifest holds
+    ``expected`` and whose ``file`` is an ``.npz`` (no pickles); ``None`` where it is not
+    stored or stored in an older format (the caller recomputes and rewrites it). A damaged
+    entry, or one describing something else (``what``, for the message), raises
+    :class:`CorruptRun` naming it and the remedy: delete the folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    remedy = f"delete the folder {folder}; the next call recomputes it"
+    try:
+        manifest, files = read_entry(folder, kind=kind, remedy=remedy)
+    except OutdatedRun:
+        return None
+    if any(manifest.get(k) != v for k, v in expected.items()) or file not in files:
+        raise CorruptRun(f"{folder / MANIFEST} does not describe {what}; {remedy}")
+    return manifest, parse_npz(files[file], folder / file, remedy)
 
 
 # --------------------------------------------------------------------------- runs
