@@ -341,8 +341,8 @@ def test_declaration_is_found_for_the_exact_id_only(tmp_path: Path, store: RunSt
     claim: x
     work: k
     where: w
-    test: {a: FL, b: CE, statistic: test_ece, direction: below}
-"""
+    test: {a: FL, b: CE, statistic: test_ece, direction: below, null: 0}
+"""  # `null:` unquoted: YAML reads the key as None, which the definition must survive
     path = write(tmp_path, body)
     git("add", "XX.yaml")
     git("commit", "-qm", "first")

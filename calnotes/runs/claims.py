@@ -103,6 +103,13 @@ def _fail(path: Path, where: str, problem: str) -> ValueError:
     return ValueError(f"{path}: {where}: {problem}")
 
 
+def _null_key(test: Any) -> Any:
+    """A test mapping with YAML's key ``null:`` (read as None) spelled ``"null"``."""
+    if isinstance(test, dict) and None in test:
+        return {("null" if k is None else k): v for k, v in test.items()}
+    return test
+
+
 def _check_keys(path: Path, where: str, entry: Any, allowed: tuple[str, ...]) -> None:
     if not isinstance(entry, dict):
         raise _fail(path, where, f"must be a mapping, got {type(entry).__name__}")
@@ -113,8 +120,7 @@ def _check_keys(path: Path, where: str, entry: Any, allowed: tuple[str, ...]) ->
 
 def _check_test(path: Path, cid: str, test: Any, arms: Mapping[str, Any]) -> dict[str, Any]:
     where = f"claim {cid!r}, test"
-    if isinstance(test, dict) and None in test:  # YAML reads the key `null:` as None
-        test = {("null" if k is None else k): v for k, v in test.items()}
+    test = _null_key(test)
     _check_keys(path, where, test, TEST_FIELDS)
     t = dict(test)
     if ("study" in t) == ("a" in t):
@@ -494,7 +500,7 @@ def _definition(text: str | None, cid: str) -> str | None:
                  None)
     if entry is None:
         return None
-    test = entry.get("test")
+    test = _null_key(entry.get("test"))
     arms = data.get("arms") or {}
     named = {test.get(k) for k in ("a", "b")} if isinstance(test, dict) else set()
     return json.dumps({"test": test, "not_testable": entry.get("not_testable"),
