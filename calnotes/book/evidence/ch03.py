@@ -67,7 +67,7 @@ def validation_error(run: Any) -> float:
 
 def rule_epochs(candidates: dict[int, Any]) -> int:
     """The declared rule's choice: the number of epochs whose seed-0 run (``{epochs: run}``,
-    every candidate of :data:`RULE_EPOCHS`) has the lowest validation error; a tie goes to
+    every candidate of ``RULE_EPOCHS``) has the lowest validation error; a tie goes to
     fewer epochs. The test set plays no part."""
     if sorted(candidates) != sorted(RULE_EPOCHS):
         raise ValueError(f"candidates must hold runs for epochs {list(RULE_EPOCHS)}, "
