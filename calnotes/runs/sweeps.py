@@ -11,10 +11,10 @@ training curves. :class:`SweepRunner` does the bookkeeping::
     depth.table()       # one row per run: depth, test error, ECE, NLL, confidence, ...
     depth.histories()   # one row per (run, epoch): train/validation curves
 
-Runs go through :func:`calnotes.runs.store.chapter_run` (stored runs are loaded, missing ones
-trained and stored); a sweep (and :meth:`SweepRunner.runs`) hands all its missing runs at
-once to the executor (:func:`calnotes.runs.executor.chapter_runs`), which may train them
-in parallel, and the runner trains each distinct config once: sweeps that share a
+Runs go through the executor (:func:`calnotes.runs.executor.chapter_runs`: stored runs are
+loaded, missing ones trained and stored, on the cluster ``$RAY_ADDRESS`` names if any); a
+sweep (and :meth:`SweepRunner.runs`) hands all its missing runs to it at once, so they may
+train in parallel, and the runner trains each distinct config once: sweeps that share a
 run (the base config is usually in every sweep) reuse it, also in SMOKE mode where
 nothing is stored.
 """
@@ -32,7 +32,7 @@ import torch
 from calnotes import metrics
 from calnotes.runs.executor import chapter_runs
 from calnotes.runs.experiment import default_config
-from calnotes.runs.store import chapter_run, config_hash
+from calnotes.runs.store import config_hash
 
 __all__ = ["Sweep", "SweepRunner", "describe_run", "get_key", "nll_overfitting", "set_key", "vary"]
 
@@ -231,7 +231,8 @@ class SweepRunner:
     """Trains (or loads) runs, each distinct config once.
 
     ``label`` (e.g. the chapter), ``use_store``, ``smoke`` and ``device`` are passed to
-    ``run_fn`` (default :func:`calnotes.runs.store.chapter_run`), called as
+    the executor (:func:`calnotes.runs.executor.chapter_runs`, the default: a missing run
+    goes to the cluster that ``$RAY_ADDRESS`` names, if any) or to a ``run_fn`` called as
     ``run_fn(config, label=..., use_store=..., smoke=..., device=...)``. Configs are
     completed with their defaults and identified by :func:`calnotes.runs.store.config_hash`.
     """
@@ -250,9 +251,7 @@ class SweepRunner:
         for flag, value in (("use_store", use_store), ("smoke", smoke)):
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
-        if run_fn is None:
-            run_fn = chapter_run
-        if not callable(run_fn):
+        if run_fn is not None and not callable(run_fn):
             raise TypeError(f"run_fn must be callable, got {type(run_fn).__name__}")
         self.label = label
         self.use_store = use_store
@@ -276,14 +275,22 @@ class SweepRunner:
         cfg = default_config(**config)
         digest = config_hash(cfg)
         if digest not in self._runs:
-            self._runs[digest] = self.run_fn(cfg, label=self.label, use_store=self.use_store,
-                                             smoke=self.smoke, device=self.device)
+            if self.run_fn is None:
+                self._runs[digest] = self._execute([cfg])[0]
+            else:
+                self._runs[digest] = self.run_fn(cfg, label=self.label,
+                                                 use_store=self.use_store, smoke=self.smoke,
+                                                 device=self.device)
         return self._runs[digest]
 
+    def _execute(self, configs: list[dict[str, Any]]) -> list[Any]:
+        return chapter_runs(configs, label=self.label, use_store=self.use_store,
+                            smoke=self.smoke, device=self.device)
+
     def runs(self, configs: Sequence[Mapping[str, Any]]) -> list[Any]:
-        """The runs of ``configs``, in order. With the default ``run_fn`` the missing
-        ones go to the executor together (:func:`calnotes.runs.executor.chapter_runs`),
-        so they may train in parallel; otherwise each goes through :meth:`run`."""
+        """The runs of ``configs``, in order. Without a ``run_fn`` the missing ones go to
+        the executor together (:func:`calnotes.runs.executor.chapter_runs`), so they may
+        train in parallel; otherwise each goes through :meth:`run`."""
         if isinstance(configs, (str, bytes, Mapping)) or not isinstance(configs, Sequence):
             raise TypeError(f"configs must be a list of dicts, got {type(configs).__name__}")
         for config in configs:
@@ -291,11 +298,8 @@ class SweepRunner:
                 raise TypeError(f"config must be a dict, got {type(config).__name__}")
         cfgs = [default_config(**config) for config in configs]
         new = {config_hash(c): c for c in cfgs if config_hash(c) not in self._runs}
-        if self.run_fn is chapter_run and len(new) > 1:
-            batch = chapter_runs(list(new.values()), label=self.label,
-                                 use_store=self.use_store, smoke=self.smoke,
-                                 device=self.device)
-            self._runs.update(zip(new, batch, strict=True))
+        if self.run_fn is None and new:
+            self._runs.update(zip(new, self._execute(list(new.values())), strict=True))
         return [self.run(c) for c in cfgs]
 
     def sweep(
