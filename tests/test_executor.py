@@ -137,11 +137,13 @@ def test_a_sweep_hands_its_missing_runs_over_together(monkeypatch) -> None:
 
     monkeypatch.setattr(sweeps, "chapter_runs", fake_chapter_runs)
     runner = sweeps.SweepRunner("t", use_store=True, smoke=True)
+    assert runner.run_fn is None  # the default: the executor
     assert runner.runs([_tiny(0), _tiny(1), _tiny(0)]) == ["run0", "run1", "run0"]
     assert calls == [[0, 1]]
     # one new run goes to the executor too (which may send it to a cluster)
     assert runner.runs([_tiny(1), _tiny(2)]) == ["run1", "run2"]
-    assert calls == [[0, 1], [2]]
+    assert runner.run(_tiny(3)) == "run3"
+    assert calls == [[0, 1], [2], [3]]
     with pytest.raises(TypeError, match="configs must be a list"):
         runner.runs(_tiny(0))
 

@@ -265,23 +265,6 @@ def test_runner_rejects_bad_arguments() -> None:
         runner.run({"depth": 3})
 
 
-def test_without_run_fn_every_run_goes_to_the_executor(monkeypatch) -> None:
-    from calnotes.runs import sweeps
-
-    lists = []
-
-    def executor(configs, **kwargs):
-        lists.append([c["seed"] for c in configs])
-        return [f"run {c['seed']}" for c in configs]
-
-    monkeypatch.setattr(sweeps, "chapter_runs", executor)
-    runner = SweepRunner("exp")
-    assert runner.run_fn is None
-    assert runner.run({"seed": 1}) == "run 1"  # a single run too (RAY_ADDRESS may be set)
-    assert runner.runs([{"seed": 1}, {"seed": 2}, {"seed": 3}]) == ["run 1", "run 2", "run 3"]
-    assert lists == [[1], [2, 3]]  # the missing ones, together
-
-
 # --------------------------------------------------------------------------- real runs
 
 

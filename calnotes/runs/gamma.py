@@ -10,8 +10,8 @@ need no weights. With them it stores the test logits of the network gamma-Net wa
 from: a run retrained on another CPU than the one that stored it can diverge in its last
 bits over many epochs, and then gamma belongs to the retrained network, whose own logits
 (not the stored ones) say which images it misclassifies. The entry's manifest records
-whether that network reproduced the stored logits (within 2e-3) and the largest
-difference.
+whether that network reproduced the stored logits (:func:`calnotes.runs.ood.reproduces`)
+and the largest difference.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from calnotes import data, training
 from calnotes.runs import experiment, store
-from calnotes.runs.ood import trained_state
+from calnotes.runs.ood import reproduces, trained_state
 
 __all__ = ["GAMMA_FILE", "GAMMA_FOLDER", "TestGamma", "run_test_gamma"]
 
@@ -40,7 +40,8 @@ _KIND = "test_gamma"
 class TestGamma:
     """gamma-Net's ``gamma`` ``(N,)`` on a run's test images and the ``logits`` ``(N, C)`` of
     the network it was read from (float32, CPU, in the order of the stored test set);
-    ``reproduces``: whether those logits match the stored ones within 2e-3, and
+    ``reproduces``: whether those logits are the stored ones
+    (:func:`calnotes.runs.ood.reproduces`), and
     ``max_logit_diff`` the largest absolute difference."""
 
     gamma: torch.Tensor
@@ -102,13 +103,13 @@ def run_test_gamma(
         trainer.gamma_net.load_state_dict(state["gamma_net"])
         _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=trainer.device)
         gamma = trainer.predict_gamma(test_loader).numpy().astype(np.float32)
-        logits = training.predict_logits(model, test_loader)[0].numpy().astype(np.float32)
-        diff = float(np.abs(logits - run.test_logits.numpy()).max())
-        reproduces = bool(np.allclose(logits, run.test_logits.numpy(), rtol=2e-3, atol=2e-3))
+        logits = training.predict_logits(model, test_loader)[0].float()
+        diff = float((logits - run.test_logits).abs().max())
         store.write_entry(Path(run.path) / GAMMA_FOLDER,
-                          {GAMMA_FILE: store.npz_bytes({"gamma": gamma, "logits": logits})},
+                          {GAMMA_FILE: store.npz_bytes({"gamma": gamma,
+                                                        "logits": logits.numpy()})},
                           {"kind": _KIND, "config_hash": run.path.name,
-                           "reproduces": reproduces, "max_logit_diff": diff})
+                           "reproduces": reproduces(logits, run), "max_logit_diff": diff})
         found = _read(run)  # read back verified
         if found is None:
             raise RuntimeError(f"the test gamma of run {run.path.name} was not stored")

@@ -25,8 +25,10 @@ __all__ = [
     "ODIN_LOGITS_FILE",
     "OOD_FOLDER",
     "OOD_LOGITS_FILE",
+    "REPRODUCE_TOLERANCE",
     "run_odin_logits",
     "run_ood_logits",
+    "reproduces",
     "run_test_images",
     "trained_model",
     "trained_state",
@@ -58,11 +60,21 @@ def _checkpoint_roots(run: Any, checkpoint_root: str | Path | None) -> list[Path
     return [Path(run.path).parents[1] / "checkpoints", store.default_checkpoint_root()]
 
 
-def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
-    logits, _ = training.predict_logits(model, test_loader)
+#: How close (relative and absolute) a model's test logits must be to a stored run's for the
+#: model to count as that run's network: other batch sizes or kernels reorder float32 sums,
+#: another training moves logits far more.
+REPRODUCE_TOLERANCE = 2e-3
+
+
+def reproduces(logits: torch.Tensor, run: Any) -> bool:
+    """Whether ``logits`` are the stored run's test logits within
+    :data:`REPRODUCE_TOLERANCE`."""
     return logits.shape == run.test_logits.shape and torch.allclose(
-        logits, run.test_logits, rtol=2e-3, atol=2e-3
-    )
+        logits, run.test_logits, rtol=REPRODUCE_TOLERANCE, atol=REPRODUCE_TOLERANCE)
+
+
+def _reproduces(model: nn.Module, run: Any, test_loader: Any) -> bool:
+    return reproduces(training.predict_logits(model, test_loader)[0], run)
 
 
 def run_test_images(run: Any) -> torch.Tensor:
