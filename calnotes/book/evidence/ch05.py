@@ -44,7 +44,8 @@ from calnotes.synthetic import SyntheticModel
 
 __all__ = [
     "BIN_COUNTS", "LABEL", "bias_gap", "ece_over_bins", "epoch_cost",
-    "gamma_misclassification_auroc", "gamma_phases", "gamma_std_growth", "l2_coefficients",
+    "gamma_misclassification_auroc", "gamma_phases", "gamma_summary", "gamma_std_growth",
+    "l2_coefficients",
     "mce_over_bins", "meta_steps", "outer_cost", "reference_dece",
 ]
 
@@ -133,6 +134,32 @@ def gamma_misclassification_auroc(run: Any, index: Any = None) -> float:
         raise ValueError(f"run {run.path.name}: the test images hold no correct or no "
                          "misclassified image; the AUROC is undefined")
     return auroc(gamma[wrong], gamma[~wrong])
+
+
+def gamma_summary(run: Any, test_gamma: Any) -> dict[str, float]:
+    """What chapter 5 says of a run's per-sample test gamma (a
+    :class:`~calnotes.runs.gamma.TestGamma`): mean gamma of the correctly classified
+    (``right``) and misclassified (``wrong``) images of the network it was read from, their
+    ``auroc`` (:func:`gamma_misclassification_auroc`, NaN unless both groups exist and the
+    gamma is stored with the run), the ``spread`` (std) and ``mean_network`` of gamma, the
+    stored run's last recorded mean (``mean_stored``), the largest logit difference
+    (``diff``), and the test error in percent of the stored run and of that network."""
+    wrong = test_gamma.logits.argmax(1) != run.test_labels
+    both = bool(wrong.any()) and not bool(wrong.all())
+    stored = (Path(run.path) / GAMMA_FOLDER).is_dir()
+    nan = float("nan")
+    return {
+        "right": float(test_gamma.gamma[~wrong].mean()) if both else nan,
+        "wrong": float(test_gamma.gamma[wrong].mean()) if both else nan,
+        "auroc": gamma_misclassification_auroc(run) if both and stored else nan,
+        "spread": float(test_gamma.gamma.std()),
+        "mean_network": float(test_gamma.gamma.mean()),
+        "mean_stored": float(run.history["gamma_mean"][-1]),
+        "diff": float(test_gamma.max_logit_diff),
+        "err_stored": 100 * float((run.test_logits.argmax(1) != run.test_labels)
+                                  .double().mean()),
+        "err_network": 100 * float(wrong.double().mean()),
+    }
 
 
 # ---------------------------------------------------------------- DECE as the reference computes it
