@@ -28,6 +28,12 @@ from calnotes.metrics._common import (
     _top_label_checked,
     _uniform_edges,
 )
+from calnotes.metrics._weights import (
+    check_sample_weight,
+    weighted_error,
+    weighted_quantile_edges,
+    weighted_sums,
+)
 
 #: Classwise metrics bin the (N, C) matrix in blocks of about this many entries (bounded
 #: memory for 1,000,000 x 1000 inputs).
@@ -108,6 +114,7 @@ def ece(
     n_bins: int = 15,
     binning: str = "uniform",
     norm: str = "l1",
+    sample_weight: ArrayLike | None = None,
 ) -> torch.Tensor | float:
     r"""Top-label expected calibration error (Guo et al. 2017).
 
@@ -119,10 +126,26 @@ def ece(
     * ``max``: :math:`\max_{m: |B_m| > 0} |acc_m - conf_m|` (the MCE)
 
     ``binning="quantile"`` gives the top-label equal-mass ECE.
+
+    ``sample_weight (N,)``: weights :math:`w_i \ge 0`; :math:`|B_m|/N` becomes
+    :math:`W_m / W` (:math:`W_m = \sum_{i \in B_m} w_i`, :math:`W = \sum_i w_i`),
+    :math:`acc_m = \sum_{i \in B_m} w_i r_i / W_m`, :math:`conf_m = \sum_{i \in B_m}
+    w_i c_i / W_m`, bins of zero weight are empty and equal-mass edges are the weighted
+    quantiles (integer weights give the ECE of the data with rows repeated).
     """
     n_bins, binning = _check_bins(n_bins, binning)
     norm = check_choice(norm, "norm", NORMS)
     conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
+    if sample_weight is not None:
+        w = check_sample_weight(sample_weight, conf.shape[0], conf.device)
+        with torch.no_grad():
+            if binning == "uniform":
+                edges = _uniform_edges(n_bins, conf.dtype, conf.device)
+            else:
+                edges = weighted_quantile_edges(conf.unsqueeze(0), w, n_bins)[0]
+        idx = _bin_index(conf, edges, binning == "uniform")
+        sums = weighted_sums(idx, conf, correct, w, n_bins)
+        return _scalar(weighted_error(*sums, norm)[0], dtype, from_numpy)
     values, targets = conf.unsqueeze(0), correct.unsqueeze(0)
     with torch.no_grad():
         edges = _edges_for(values, n_bins, binning)
@@ -131,14 +154,18 @@ def ece(
 
 
 def mce(
-    probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, binning: str = "uniform"
+    probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, binning: str = "uniform",
+    sample_weight: ArrayLike | None = None,
 ) -> torch.Tensor | float:
-    r"""Maximum calibration error :math:`\max_{m: |B_m| > 0} |acc_m - conf_m|`."""
-    return ece(probs, labels, n_bins=n_bins, binning=binning, norm="max")
+    r"""Maximum calibration error :math:`\max_{m: |B_m| > 0} |acc_m - conf_m|` (with
+    ``sample_weight``: weighted bin means, the maximum over bins of positive weight)."""
+    return ece(probs, labels, n_bins=n_bins, binning=binning, norm="max",
+               sample_weight=sample_weight)
 
 
 def _classwise(
-    probs: ArrayLike, labels: ArrayLike, n_bins: int, binning: str
+    probs: ArrayLike, labels: ArrayLike, n_bins: int, binning: str,
+    sample_weight: ArrayLike | None = None,
 ) -> torch.Tensor | float:
     """Mean over classes of the binned l1 error of ``p_{:,k}`` against ``1[y = k]``.
 
@@ -150,14 +177,19 @@ def _classwise(
     p, y, from_numpy = _prepare(probs, labels)
     n, c = p.shape
     acc = _acc_dtype(p.device)
+    w = None if sample_weight is None else check_sample_weight(sample_weight, n, p.device)
     with torch.no_grad():
         if binning == "uniform":
             edges = _uniform_edges(n_bins, p.dtype, p.device)
         else:  # per-class quantiles, a few classes at a time (sorting copies the columns)
             step = max(1, _CLASS_CHUNK_ELEMENTS // n)
             edges = torch.cat(
-                [_quantile_edges(p[:, k0 : k0 + step].T, n_bins) for k0 in range(0, c, step)]
+                [_quantile_edges(p[:, k0 : k0 + step].T, n_bins) if w is None
+                 else weighted_quantile_edges(p[:, k0 : k0 + step].T, w, n_bins)
+                 for k0 in range(0, c, step)]
             )
+    if w is not None:
+        return _weighted_classwise(p, y, w, edges, n_bins, from_numpy)
     offsets = n_bins * torch.arange(c, device=p.device)
     counts = torch.zeros(c * n_bins, dtype=torch.long, device=p.device)
     sum_v = torch.zeros(c * n_bins, dtype=acc, device=p.device)
@@ -179,8 +211,33 @@ def _classwise(
     return _scalar(per_class.mean(), p.dtype, from_numpy)
 
 
+def _weighted_classwise(p: torch.Tensor, y: torch.Tensor, w: torch.Tensor, edges: torch.Tensor,
+                        n_bins: int, from_numpy: bool) -> torch.Tensor | float:
+    """:func:`_classwise` with weights: cell ``(k, bin)`` sums ``w_i``, ``w_i p_ik`` and
+    ``w_i 1[y_i = k]``."""
+    n, c = p.shape
+    offsets = n_bins * torch.arange(c, device=p.device)
+    shape = (c * n_bins,)
+    w_m = torch.zeros(shape, dtype=w.dtype, device=p.device)
+    sum_v, sum_t = torch.zeros_like(w_m), torch.zeros_like(w_m)
+    rows = max(1, _CLASS_CHUNK_ELEMENTS // c)
+    for r0 in range(0, n, rows):
+        block, y_block, w_block = p[r0 : r0 + rows], y[r0 : r0 + rows], w[r0 : r0 + rows]
+        idx = _bin_index(block, edges) if edges.ndim == 1 else _bin_index(block.T, edges).T
+        flat = idx + offsets
+        w_rows = w_block.unsqueeze(1).expand_as(block)
+        w_m = w_m.index_add(0, flat.reshape(-1), w_rows.reshape(-1))
+        sum_v = sum_v.index_add(0, flat.reshape(-1), (block.to(w.dtype) * w_rows).reshape(-1))
+        hit = flat.gather(1, y_block.unsqueeze(1)).squeeze(1)
+        sum_t = sum_t.index_add(0, hit, w_block)
+    per_class = weighted_error(w_m.view(c, n_bins), sum_v.view(c, n_bins),
+                               sum_t.view(c, n_bins), "l1")
+    return _scalar(per_class.mean(), p.dtype, from_numpy)
+
+
 def classwise_ece(
-    probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, binning: str = "uniform"
+    probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, binning: str = "uniform",
+    sample_weight: ArrayLike | None = None,
 ) -> torch.Tensor | float:
     r"""Classwise ECE (Kull et al. 2019): :math:`\frac1C \sum_k \sum_m
     \frac{|B_{mk}|}{N} |\bar y_{mk} - \bar p_{mk}|`.
@@ -189,11 +246,16 @@ def classwise_ece(
     are binned (equal-width by default), and each bin compares the mean of
     :math:`1[y_i = k]` with the mean of :math:`p_{ik}`. ``binning="quantile"`` gives
     :func:`ace`.
+
+    ``sample_weight (N,)``: :math:`\frac1C \sum_k \sum_m \frac{W_{mk}}{W}
+    |\bar y_{mk} - \bar p_{mk}|` with :math:`W_{mk} = \sum_{i \in B_{mk}} w_i`,
+    :math:`W = \sum_i w_i` and weighted bin means (see :func:`ece`).
     """
-    return _classwise(probs, labels, n_bins, binning)
+    return _classwise(probs, labels, n_bins, binning, sample_weight)
 
 
-def ace(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> torch.Tensor | float:
+def ace(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15,
+        sample_weight: ArrayLike | None = None) -> torch.Tensor | float:
     r"""Adaptive calibration error (Nixon et al. 2019), classwise with equal-mass ranges.
 
     For each class :math:`k` the probabilities :math:`p_{ik}` of all samples are split into
@@ -207,9 +269,10 @@ def ace(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> torch.Tensor |
     samples keeps it well defined when ties make ranges unequal (ties are never split, see
     the module docstring). For the *top-label* equal-mass ECE use
     ``ece(binning="quantile")``. (netcal's ``ACE`` is a different quantity: the unweighted
-    mean over non-empty equal-width bins.)
+    mean over non-empty equal-width bins.) ``sample_weight`` as in :func:`classwise_ece`,
+    with weighted quantile ranges.
     """
-    return _classwise(probs, labels, n_bins, "quantile")
+    return _classwise(probs, labels, n_bins, "quantile", sample_weight)
 
 
 #: Kernel exponents are floored here: K >= e^-80 (about 1.8e-35). This keeps float32

@@ -12,9 +12,19 @@ from calnotes._checks import (
     check_positive_float,
 )
 from calnotes.metrics._common import _acc_dtype, _prepare, _scalar, _top_label_checked
+from calnotes.metrics._weights import check_sample_weight
 
 
-def nll(probs: ArrayLike, labels: ArrayLike, eps: float = 1e-12) -> torch.Tensor | float:
+def _mean(values: torch.Tensor, sample_weight: ArrayLike | None) -> torch.Tensor:
+    """The mean of per-sample ``values (N,)``, weighted by ``sample_weight`` when given."""
+    if sample_weight is None:
+        return values.mean()
+    w = check_sample_weight(sample_weight, values.shape[0], values.device).to(values.dtype)
+    return (values * w).sum() / w.sum()
+
+
+def nll(probs: ArrayLike, labels: ArrayLike, eps: float = 1e-12,
+        sample_weight: ArrayLike | None = None) -> torch.Tensor | float:
     r"""Mean negative log-likelihood :math:`-\frac1N \sum_i \log \max(p_{i y_i}, \epsilon)`.
 
     The probability of the true class is clamped from below at ``eps`` so that a confident
@@ -22,26 +32,31 @@ def nll(probs: ArrayLike, labels: ArrayLike, eps: float = 1e-12) -> torch.Tensor
     :math:`-\log \epsilon` (27.6 for the default) instead of infinity. ``eps`` must lie
     in ``(0, 0.5)``: the clamp guards against underflow only; a large ``eps`` would change
     the NLL of ordinary predictions, and one above 1 would make it negative.
+
+    ``sample_weight (N,)``: :math:`-\sum_i w_i \log \max(p_{iy_i}, \epsilon) / \sum_i w_i`.
     """
     eps = check_positive_float(eps, "eps")
     if eps >= 0.5:
         raise ValueError(f"eps must lie in (0, 0.5), got {eps}")
     p, y, from_numpy = _prepare(probs, labels)
     p_true = p.gather(1, y.unsqueeze(1)).squeeze(1)
-    value = -p_true.clamp(min=eps).to(_acc_dtype(p.device)).log().mean()
-    return _scalar(value, p.dtype, from_numpy)
+    losses = -p_true.clamp(min=eps).to(_acc_dtype(p.device)).log()
+    return _scalar(_mean(losses, sample_weight), p.dtype, from_numpy)
 
 
-def brier(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
+def brier(probs: ArrayLike, labels: ArrayLike,
+          sample_weight: ArrayLike | None = None) -> torch.Tensor | float:
     r"""Multiclass Brier score :math:`\frac1N \sum_i \sum_k (p_{ik} - 1[y_i = k])^2`.
 
     For ``(N,)`` binary input both columns ``[1 - p, p]`` count, so the value is twice the
     one-column binary Brier score :math:`\frac1N\sum_i (p_i - y_i)^2`.
+
+    ``sample_weight (N,)``: :math:`\sum_i w_i \sum_k (p_{ik} - 1[y_i = k])^2 / \sum_i w_i`.
     """
     p, y, from_numpy = _prepare(probs, labels)
     onehot = F.one_hot(y, p.shape[1]).to(p.dtype)
-    value = (p - onehot).to(_acc_dtype(p.device)).square().sum(dim=1).mean()
-    return _scalar(value, p.dtype, from_numpy)
+    scores = (p - onehot).to(_acc_dtype(p.device)).square().sum(dim=1)
+    return _scalar(_mean(scores, sample_weight), p.dtype, from_numpy)
 
 
 def error(probs: ArrayLike, labels: ArrayLike) -> torch.Tensor | float:
