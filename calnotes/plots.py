@@ -6,7 +6,6 @@ axes it drew on. Nothing here sets a global style: chapters choose their own.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 from matplotlib.axes import Axes
 
 from . import metrics
-from ._checks import check_positive_float, check_positive_int, check_probs
+from ._checks import check_choice, check_positive_float, check_positive_int, check_probs
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -36,39 +35,26 @@ def bootstrap_bin_accuracy(
     """Percentile bootstrap band for the accuracy of each equal-width confidence bin.
 
     Resamples the N predictions with replacement ``n_boot`` times and returns the lower and
-    upper ``level`` quantiles of the per-bin accuracy (NaN where a bin is empty).
+    upper ``level`` quantiles of the per-bin accuracy (NaN where a bin is empty). In a bin
+    that is all correct (all wrong) every resample agrees, so the lower (upper) end is the
+    Clopper-Pearson limit instead of a zero-width band:
+    ``metrics.reliability_bands(method="bootstrap")``.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    n_boot = check_positive_int(n_boot, "n_boot")
-    level = check_positive_float(level, "level")
-    if level >= 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    seed = check_positive_int(seed, "seed", minimum=0)
-    p, _ = check_probs(probs)
-    conf, correct = metrics.confidences_and_correct(p, labels)
-    conf_np, correct_np = _numpy(conf).astype(np.float64), _numpy(correct).astype(np.float64)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    # (b_{m-1}, b_m] with 0 in the first bin and 1.0 in the last: the library's convention.
-    idx = np.clip(np.searchsorted(edges, conf_np, side="left") - 1, 0, n_bins - 1)
-    rng = np.random.default_rng(seed)
-    n = len(conf_np)
-    acc = np.full((n_boot, n_bins), np.nan)
-    for b in range(n_boot):
-        s = rng.integers(0, n, n)
-        counts = np.bincount(idx[s], minlength=n_bins)
-        hits = np.bincount(idx[s], weights=correct_np[s], minlength=n_bins)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            acc[b] = np.where(counts > 0, hits / counts, np.nan)
-    lo, hi = (1 - level) / 2, 1 - (1 - level) / 2
-    with warnings.catch_warnings():  # bins empty in every resample stay NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanquantile(acc, lo, axis=0), np.nanquantile(acc, hi, axis=0)
+    bands = metrics.reliability_bands(probs, labels, n_bins=n_bins, method="bootstrap",
+                                      level=level, n_boot=check_positive_int(n_boot, "n_boot"),
+                                      seed=seed)
+    return bands.low, bands.high
+
+
+#: The names of the bands :func:`reliability_diagram` draws, as its legend writes them.
+_BAND_LABELS = {"clopper-pearson": "Clopper-Pearson", "wilson": "Wilson",
+                "bootstrap": "bootstrap"}
 
 
 def reliability_diagram(
     probs: Any,
     labels: Any,
-    n_bins: int = 15,
+    n_bins: int | str = 15,
     *,
     ax: Axes | None = None,
     title: str | None = None,
@@ -76,40 +62,65 @@ def reliability_diagram(
     min_count: int = 10,
     show_histogram: bool = True,
     color: str = "C0",
+    band: str | None = "clopper-pearson",
+    consistency: bool = False,
+    level: float = 0.9,
 ) -> Axes:
-    """Guo-style reliability diagram.
+    """Guo-style reliability diagram with a band on each bin's accuracy.
 
     Bars show the accuracy of each equal-width confidence bin, red hatched bars the gap to
     the diagonal (the per-bin calibration error ``conf_m - acc_m``), and the inset text the
     ECE and MCE. With ``show_histogram`` a small panel under the diagram shows the share of
     samples per bin (most modern networks put nearly all of them in the last bin).
-    ``bootstrap > 0`` draws a 90% percentile band for the accuracy of each bin holding at
-    least ``min_count`` samples (a band from a handful of samples spans nearly [0, 1] and
-    says nothing).
+    ``band`` (``"clopper-pearson"``, ``"wilson"``, ``"bootstrap"`` or None) draws the
+    ``level`` interval of each bin's accuracy (:func:`calnotes.metrics.reliability_bands`),
+    named in the legend; ``bootstrap > 0`` is ``band="bootstrap"`` with that many
+    resamples. ``consistency`` shades where each bin's accuracy would fall under perfect
+    calibration. Bins with fewer than ``min_count`` samples are drawn hollow, without a band.
     """
     ax = _axes(ax)
-    bins = metrics.reliability_bins(probs, labels, n_bins=n_bins)
-    edges = _numpy(bins.edges)
-    acc, conf, counts = _numpy(bins.accuracy), _numpy(bins.confidence), _numpy(bins.counts)
+    if bootstrap:
+        band = "bootstrap"
+    if band is not None:
+        check_choice(band, "band", tuple(_BAND_LABELS))
+    min_count = check_positive_int(min_count, "min_count")
+    bands = metrics.reliability_bands(
+        probs, labels, n_bins=n_bins, method=band or "clopper-pearson", level=level,
+        min_count=min_count, n_boot=check_positive_int(bootstrap, "bootstrap") if bootstrap
+        else 1000, consistency=consistency)
+    edges, acc, conf, counts = bands.edges, bands.accuracy, bands.confidence, bands.counts
     width = np.diff(edges)
     left = edges[:-1]
-    filled = counts > 0
-    ax.bar(left[filled], acc[filled], width=width[filled], align="edge", color=color,
-           edgecolor="black", linewidth=0.6, label="accuracy")
+    drawn = counts > 0
+    filled = bands.enough & drawn
+    bars = ax.bar(left[drawn], acc[drawn], width=width[drawn], align="edge", color=color,
+                  edgecolor="black", linewidth=0.6, label="accuracy")
+    for patch, enough in zip(bars.patches, filled[drawn], strict=True):
+        if not enough:  # hollow: too few samples for the bar to mean much
+            patch.set_facecolor("none")
+            patch.set_edgecolor(color)
+            patch.set_linestyle("--")
+    if (drawn & ~filled).any():
+        ax.plot([], [], color=color, linestyle="--", linewidth=0.8,
+                label=f"hollow: < {min_count} samples")
     gap_bottom = np.minimum(acc, conf)
     ax.bar(left[filled], np.abs(conf - acc)[filled], bottom=gap_bottom[filled],
            width=width[filled], align="edge", color="tab:red", alpha=0.35, edgecolor="tab:red",
            hatch="//", linewidth=0.6, label="gap")
-    if bootstrap:
-        lo, hi = bootstrap_bin_accuracy(probs, labels, n_bins=n_bins, n_boot=bootstrap)
-        centers = left + width / 2
-        banded = counts >= check_positive_int(min_count, "min_count")
-        ax.errorbar(centers[banded], acc[banded],
-                    yerr=[(acc - lo)[banded], (hi - acc)[banded]], fmt="none",
-                    ecolor="black", elinewidth=0.8, capsize=2, label="90% bootstrap")
+    centers = left + width / 2
+    if consistency:
+        ax.bar(left[filled], (bands.consistency_high - bands.consistency_low)[filled],
+               bottom=bands.consistency_low[filled], width=width[filled], align="edge",
+               color="gray", alpha=0.3, linewidth=0,
+               label=f"{100 * level:.0f}% if calibrated")
+    if band is not None:
+        ax.errorbar(centers[filled], acc[filled],
+                    yerr=[(acc - bands.low)[filled], (bands.high - acc)[filled]], fmt="none",
+                    ecolor="black", elinewidth=0.8, capsize=2,
+                    label=f"{100 * level:.0f}% {_BAND_LABELS[band]}")
     ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
-    ece = float(metrics.ece(probs, labels, n_bins=n_bins))
-    mce = float(metrics.mce(probs, labels, n_bins=n_bins))
+    ece = float(metrics.ece(probs, labels, n_bins=counts.size))
+    mce = float(metrics.mce(probs, labels, n_bins=counts.size))
     ax.text(0.04, 0.93, f"ECE {100 * ece:.2f}%\nMCE {100 * mce:.2f}%", transform=ax.transAxes,
             va="top", fontsize=9, zorder=10,
             bbox={"facecolor": "white", "alpha": 0.95, "linewidth": 0})

@@ -40,6 +40,16 @@ from calnotes.metrics._common import (
 from calnotes.metrics._common import (
     confidences_and_correct,
     probs_from_logits,
+    resolve_n_bins,
+)
+from calnotes.metrics.bands import (
+    BAND_METHODS as BAND_METHODS,
+)
+from calnotes.metrics.bands import (
+    ReliabilityBands,
+    clopper_pearson,
+    reliability_bands,
+    wilson,
 )
 from calnotes.metrics.binned import (
     ReliabilityBins,
@@ -99,6 +109,11 @@ __all__ = [
     "one_vs_rest_errors",
     "probs_from_logits",
     "reliability_bins",
+    "ReliabilityBands",
+    "clopper_pearson",
+    "reliability_bands",
+    "resolve_n_bins",
+    "wilson",
     "sece",
     "smece",
     "smece_bandwidth",

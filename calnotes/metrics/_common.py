@@ -250,8 +250,33 @@ def _calibration_error(
     return gap.abs().masked_fill(counts == 0, 0).amax(dim=1)
 
 
-def _check_bins(n_bins: Any, binning: Any) -> tuple[int, str]:
-    return check_positive_int(n_bins, "n_bins"), check_choice(binning, "binning", BINNINGS)
+def _check_bins(n_bins: Any, binning: Any) -> tuple[Any, str]:
+    """Validated ``(n_bins, binning)``; ``n_bins`` is a positive int or ``"auto"`` (resolved
+    by :func:`resolve_n_bins` once the number of samples is known)."""
+    if not (isinstance(n_bins, str) and n_bins == AUTO_BINS):
+        n_bins = check_positive_int(n_bins, "n_bins")
+    return n_bins, check_choice(binning, "binning", BINNINGS)
+
+
+#: ``n_bins="auto"``: the bin rule of :func:`resolve_n_bins`.
+AUTO_BINS = "auto"
+
+
+def resolve_n_bins(n_bins: int | str, n: int) -> int:
+    r"""The number of bins for ``n`` samples: ``n_bins`` itself, or for ``"auto"``
+    :math:`M = \lceil n^{1/3} \rceil` (at least 1).
+
+    The cube root is the rate at which a binned estimate balances its two errors: with
+    :math:`M` equal-mass bins the within-bin smoothing bias of a Lipschitz calibration
+    curve falls like :math:`1/M` and the label noise of each bin's accuracy like
+    :math:`\sqrt{M/n}`, so the squared error :math:`M^{-2} + M/n` is smallest at
+    :math:`M \propto n^{1/3}` (the histogram rule of Freedman & Diaconis 1981, shown for the
+    binned ECE by Futami & Fujisawa 2024). It assumes bins of equal mass: pair it with
+    ``binning="quantile"`` (equal-width bins of a network's confidences are mostly empty).
+    """
+    if isinstance(n_bins, str) and n_bins == AUTO_BINS:
+        return max(1, math.ceil(round(n ** (1 / 3), 9)))
+    return check_positive_int(n_bins, "n_bins")
 
 
 # --------------------------------------------------------------------------- public API

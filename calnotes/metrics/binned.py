@@ -27,6 +27,7 @@ from calnotes.metrics._common import (
     _scalar,
     _top_label_checked,
     _uniform_edges,
+    resolve_n_bins,
 )
 from calnotes.metrics._weights import (
     check_sample_weight,
@@ -90,6 +91,7 @@ def reliability_bins(
     n_bins, binning = _check_bins(n_bins, binning)
     with torch.no_grad():
         conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
+        n_bins = resolve_n_bins(n_bins, conf.shape[0])
         values, targets = conf.unsqueeze(0), correct.unsqueeze(0)
         edges = _edges_for(values, n_bins, binning).reshape(-1)
         counts, sum_v, sum_t = (
@@ -136,6 +138,7 @@ def ece(
     n_bins, binning = _check_bins(n_bins, binning)
     norm = check_choice(norm, "norm", NORMS)
     conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
+    n_bins = resolve_n_bins(n_bins, conf.shape[0])
     if sample_weight is not None:
         w = check_sample_weight(sample_weight, conf.shape[0], conf.device)
         with torch.no_grad():
@@ -176,6 +179,7 @@ def _classwise(
     n_bins, binning = _check_bins(n_bins, binning)
     p, y, from_numpy = _prepare(probs, labels)
     n, c = p.shape
+    n_bins = resolve_n_bins(n_bins, n)
     acc = _acc_dtype(p.device)
     w = None if sample_weight is None else check_sample_weight(sample_weight, n, p.device)
     with torch.no_grad():
@@ -340,20 +344,25 @@ def debiased_l2_ce(
     Convention: ``uncertainty-calibration``'s ``get_calibration_error(probs, labels, p=2,
     debias=True)`` gives the same number when its inputs are continuous; when fewer than
     ``N/4`` distinct values occur (the output of a binning calibrator) it switches to one bin
-    per distinct value, which this function does not (pass ``n_bins`` at least the number
-    of distinct values for that).
+    per distinct value, which this function does not. ``n_bins`` equal to the number of
+    distinct values does *not* reproduce that (equal-count groups cut through runs of tied
+    values, and ties then go to the lower bin, as for values {0.1 x4, 0.5 x20, 0.9 x4} with
+    ``n_bins=3``); ``n_bins`` at least N does, since every distinct value then gets a bin
+    of its own (a test pins both).
     """
     n_bins = _check_bins(n_bins, "uniform")[0]
     mode = check_choice(mode, "mode", DEBIAS_MODES)
     if mode == "top-label":
         conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
         v = conf.detach().to("cpu", torch.float64)
+        n_bins = resolve_n_bins(n_bins, v.shape[0])
         value = _debiased_square(v, correct.detach().to("cpu", torch.float64), n_bins)
         device = conf.device
     else:
         p, y, from_numpy = _prepare(probs, labels)
         dtype, device = p.dtype, p.device
         p64, y = p.detach().to("cpu", torch.float64), y.cpu()
+        n_bins = resolve_n_bins(n_bins, p64.shape[0])
         squares = [
             _debiased_square(p64[:, k].contiguous(), (y == k).to(torch.float64), n_bins)
             .clamp(min=0) for k in range(p64.shape[1])

@@ -22,6 +22,7 @@ from calnotes.metrics._common import (
     _calibration_error,
     _top_label_checked,
     _uniform_edges,
+    resolve_n_bins,
 )
 from calnotes.metrics.summary import _metric_function
 
@@ -142,6 +143,7 @@ def _resampled_top_label(metric: str, probs: Any, labels: Any, n_bins: int,
     their own dtype); the sums are float64.
     """
     conf, correct, _, _ = _top_label_checked(probs, labels)
+    n_bins = resolve_n_bins(n_bins, conf.shape[0])
     edges = _uniform_edges(n_bins, conf.dtype, conf.device)
     bins = _bin_index(conf.detach()[None], edges, uniform=True)[0].cpu()
     conf, correct = conf.detach().cpu().double(), correct.detach().cpu().double()

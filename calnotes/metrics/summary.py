@@ -12,9 +12,9 @@ from calnotes._checks import (
     ArrayLike,
     check_choice,
     check_positive_float,
-    check_positive_int,
     check_probs,
 )
+from calnotes.metrics._common import _check_bins
 from calnotes.metrics.binned import ace, classwise_ece, debiased_l2_ce, ece, mce
 from calnotes.metrics.scores import brier, error, nll
 from calnotes.metrics.selective import aurc, eaurc
@@ -40,7 +40,7 @@ def calibration_report(
     the binned metrics, ``bandwidth`` by SECE (exact up to ``SECE_EXACT_MAX_N`` samples,
     on a grid with an error below ``SECE_GRID_TOL`` above; see :func:`sece`).
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_bins(n_bins, "uniform")[0]
     bandwidth = check_positive_float(bandwidth, "bandwidth")
     if metrics is None:
         metrics = REPORT_METRICS
@@ -94,7 +94,7 @@ def _metric_function(metric: Any, n_bins: int | None = None, **kwargs: Any) -> A
     :data:`~calnotes.metrics.summary.METRICS` or a callable;
     ``n_bins`` (binned metrics only) and ``kwargs`` are bound to it."""
     if n_bins is not None:
-        n_bins = check_positive_int(n_bins, "n_bins")
+        n_bins = _check_bins(n_bins, "uniform")[0]
     if callable(metric):
         return (lambda p, y: metric(p, y, **kwargs)) if kwargs else metric
     name = check_choice(metric, "metric", METRICS)
