@@ -32,8 +32,9 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = [
-    "Effect", "VERDICTS", "bootstrap_effect", "detectable_effect", "one_sample_effect",
-    "paired_effect", "verdict", "welch_effect",
+    "Effect", "SampleSize", "VERDICTS", "bootstrap_effect", "detectable_effect",
+    "detectable_effect_t", "one_sample_effect", "paired_effect", "power_t", "seeds_for_power",
+    "verdict", "welch_effect",
 ]
 
 REPRODUCES = "reproduces"
@@ -99,6 +100,87 @@ def detectable_effect(se: float, df: float | None, level: float = 0.95,
         return math.nan
     dist = _st.norm if df is None else _st.t(df)
     return float((dist.ppf((1 + level) / 2) + dist.ppf(power)) * se)
+
+
+# --- exact power of the one-sample / paired t test (noncentral t) ----------------------
+
+def _check_power_args(sd: float, n: int, alpha: float, sides: int) -> None:
+    if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not (
+            math.isfinite(sd) and sd > 0):
+        raise ValueError(f"sd must be a finite positive number, got {sd!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be an int of at least 2, got {n!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    if sides not in (1, 2):
+        raise ValueError(f"sides must be 1 or 2, got {sides!r}")
+
+
+def power_t(effect: float, sd: float, n: int, alpha: float, sides: int = 2) -> float:
+    """Exact power of the t test of ``n`` differences (paired or one sample) with standard
+    deviation ``sd`` when the true mean difference is ``effect``:
+
+        df = n - 1,  λ = effect √n / sd,  c = t_{1-α/sides, df},
+        power = P(T'_{df,λ} > c) + [sides = 2] P(T'_{df,λ} < -c),
+
+    with ``T'`` noncentral t. One-sided (``sides=1``) tests the side of a positive
+    ``effect``."""
+    _check_power_args(sd, n, alpha, sides)
+    if not math.isfinite(effect):
+        raise ValueError(f"effect must be finite, got {effect!r}")
+    df, ncp = n - 1, effect * math.sqrt(n) / sd
+    c = float(_st.t.ppf(1 - alpha / sides, df))
+    power = float(_st.nct.sf(c, df, ncp))
+    if sides == 2:
+        power += float(_st.nct.cdf(-c, df, ncp))
+    return min(max(power, 0.0), 1.0)
+
+
+@dataclass(frozen=True)
+class SampleSize:
+    """The smallest ``n`` reaching the asked power (``reached``), or ``max_n`` where no
+    ``n`` up to it does (``reached`` False); ``power`` is the power at ``n``."""
+
+    n: int
+    power: float
+    reached: bool
+
+
+def seeds_for_power(effect: float, sd: float, alpha: float, power: float = 0.8,
+                    sides: int = 2, max_n: int = 200) -> SampleSize:
+    """Smallest number of paired seeds ``n >= 2`` whose t test (:func:`power_t`) detects
+    ``effect`` with probability at least ``power``."""
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 2:
+        raise ValueError(f"max_n must be an int of at least 2, got {max_n!r}")
+    _check_power_args(sd, 2, alpha, sides)
+    if effect == 0 or not math.isfinite(effect):
+        raise ValueError(f"effect must be finite and non-zero, got {effect!r}")
+    for n in range(2, max_n + 1):  # power grows with n: the first n reaching it is smallest
+        p = power_t(effect, sd, n, alpha, sides)
+        if p >= power:
+            return SampleSize(n, p, True)
+    return SampleSize(max_n, p, False)
+
+
+def detectable_effect_t(sd: float, n: int, alpha: float, power: float = 0.8,
+                        sides: int = 2) -> float:
+    """The effect ``δ > 0`` that the t test of ``n`` differences with standard deviation
+    ``sd`` detects with probability ``power``: the root of ``power_t(δ, sd, n, alpha) =
+    power`` (exact, unlike :func:`detectable_effect`'s ``(t + t) se``)."""
+    _check_power_args(sd, n, alpha, sides)
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if power <= alpha / sides:
+        raise ValueError(f"power must exceed alpha / sides = {alpha / sides}, got {power}")
+    hi = sd
+    while power_t(hi, sd, n, alpha, sides) < power:
+        hi *= 2
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda d: power_t(d, sd, n, alpha, sides) - power, 0.0, hi,
+                        xtol=1e-12 * sd, rtol=1e-12))
 
 
 def _t_effect(estimate: float, se: float, df: float, n: int, design: str,

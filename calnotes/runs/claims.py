@@ -44,7 +44,8 @@ from calnotes.calibrators import TemperatureScaling
 from calnotes.runs.store import RunNotFound, RunStore, StoredRun
 
 __all__ = [
-    "CLAIM_FIELDS", "MEASURES", "RULES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS", "arm_runs",
+    "CLAIM_FIELDS", "MEASURES", "PHASES", "RULES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS",
+    "arm_runs",
     "evaluate_claims",
     "load_claims", "register_measure", "register_rule", "register_study", "run_measure",
 ]
@@ -61,7 +62,10 @@ RULES: dict[str, Rule] = {}
 #: Config keys that define a seed's data split: arms agreeing on them can be paired.
 SPLIT_KEYS = ("dataset", "train_subset", "val_size", "test_subset", "seed")
 CLAIM_FIELDS = ("id", "claim", "original", "work", "where", "premise", "key", "test",
-                "not_testable")
+                "not_testable", "question", "phase", "twin", "sesoi", "planned_seeds")
+#: A claim's phase: exploratory (the default) or confirmatory (declared, with its sesoi and
+#: planned seeds, before the runs that test it; its own multiplicity family).
+PHASES = ("exploratory", "confirmatory")
 TEST_FIELDS = ("a", "b", "statistic", "study", "options", "effect", "scale", "unit",
                "direction", "null", "paper", "design", "resamples")
 ARM_FIELDS = ("label", "where", "seeds", "options", "rule")
@@ -218,6 +222,7 @@ def load_claims(path: str | Path) -> dict[str, Any]:
         if ("test" in entry) == ("not_testable" in entry):
             raise _fail(path, f"claim {cid!r}", "give either a test or not_testable (why)")
         claim = dict(entry)
+        _check_optional(path, cid, claim)
         if "test" in entry:
             claim["test"] = _check_test(path, cid, entry["test"], arms)
         seen[cid] = claim
@@ -225,9 +230,47 @@ def load_claims(path: str | Path) -> dict[str, Any]:
         premise = claim.get("premise")
         if premise is not None and premise not in seen:
             raise _fail(path, f"claim {cid!r}", f"premise names no claim: {premise!r}")
+    for cid, claim in seen.items():
+        twin = claim.get("twin")
+        if twin is None:
+            continue
+        if twin not in seen or twin == cid:
+            raise _fail(path, f"claim {cid!r}", f"twin names no other claim of this file: "
+                                                f"{twin!r}")
+        if claim["phase"] != "confirmatory" or seen[twin]["phase"] != "exploratory":
+            raise _fail(path, f"claim {cid!r}", f"a twin links a confirmatory claim to the "
+                                                f"exploratory claim it replicates; here "
+                                                f"{claim['phase']} -> {seen[twin]['phase']}")
     _check_premise_cycles(path, seen)
     return {"chapter": str(data.get("chapter", path.stem)), "path": path, "arms": arms,
             "claims": list(seen.values())}
+
+
+def _check_optional(path: Path, cid: str, claim: dict[str, Any]) -> None:
+    """Type and range of a claim's optional keys; ``phase`` defaults to exploratory."""
+    where = f"claim {cid!r}"
+    question = claim.get("question")
+    if question is not None and (not isinstance(question, str) or not question.strip()):
+        raise _fail(path, where, f"question must be a non-empty string, got {question!r}")
+    key = claim.get("key", False)
+    if not isinstance(key, bool):
+        raise _fail(path, where, f"key must be true or false, got {key!r}")
+    claim.setdefault("phase", "exploratory")
+    if claim["phase"] not in PHASES:
+        raise _fail(path, where, f"phase must be one of {', '.join(PHASES)}, got "
+                                 f"{claim['phase']!r}")
+    twin = claim.get("twin")
+    if twin is not None and not isinstance(twin, str):
+        raise _fail(path, where, f"twin must be a claim id, got {twin!r}")
+    sesoi = claim.get("sesoi")
+    if sesoi is not None and (isinstance(sesoi, bool) or not isinstance(sesoi, (int, float))
+                              or not math.isfinite(sesoi) or sesoi <= 0):
+        raise _fail(path, where, f"sesoi must be a finite positive number (the smallest "
+                                 f"effect of interest, in the claim's units), got {sesoi!r}")
+    seeds = claim.get("planned_seeds")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int)
+                              or seeds < 1):
+        raise _fail(path, where, f"planned_seeds must be a positive int, got {seeds!r}")
 
 
 def _check_premise_cycles(path: Path, claims: Mapping[str, Mapping[str, Any]]) -> None:
@@ -486,7 +529,8 @@ def _git(*args: str, cwd: str) -> str | None:
 
 
 def _definition(text: str | None, cid: str) -> str | None:
-    """Claim ``cid``'s test and the arms it names, as canonical JSON, from the text of a
+    """Claim ``cid``'s test, the arms it names, ``key``, ``premise``, ``phase`` and
+    ``sesoi``, as canonical JSON, from the text of a
     claims file (None where the file or the claim is absent or unreadable)."""
     import yaml
 
@@ -504,7 +548,10 @@ def _definition(text: str | None, cid: str) -> str | None:
     arms = data.get("arms") or {}
     named = {test.get(k) for k in ("a", "b")} if isinstance(test, dict) else set()
     return json.dumps({"test": test, "not_testable": entry.get("not_testable"),
-                       "arms": {k: arms.get(k) for k in sorted(named, key=str) if k}},
+                       "arms": {k: arms.get(k) for k in sorted(named, key=str) if k},
+                       "key": bool(entry.get("key", False)), "premise": entry.get("premise"),
+                       "phase": entry.get("phase") or "exploratory",
+                       "sesoi": entry.get("sesoi")},
                       sort_keys=True, default=str)
 
 
