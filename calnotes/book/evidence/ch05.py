@@ -6,6 +6,8 @@ Measures (one stored run -> one number; see ``book/claims/05.yaml``):
 * ``ece_over_bins`` / ``mce_over_bins`` -- the mean over the bin counts of Figure 5 (10 to
   1000 equal-width bins) of the ECE / MCE: a curve that stays lower has the lower mean
   (the CE+TS arm reads them with ``temperature: val``, as the evaluator's ``ece`` does);
+* ``ece_bin_growth`` / ``mce_bin_growth`` -- Figure 5's growth: the ECE / MCE at 1000
+  equal-width bins minus at 10 (options ``low``, ``high``);
 * ``gamma_std_growth`` -- Figure 3(d): the std of gamma over the test images after the last
   epoch minus after the epoch of the first learning-rate drop.
 
@@ -43,10 +45,10 @@ from calnotes.runs.store import RunNotFound
 from calnotes.synthetic import SyntheticModel
 
 __all__ = [
-    "BIN_COUNTS", "LABEL", "bias_gap", "ece_over_bins", "epoch_cost",
+    "BIN_COUNTS", "LABEL", "bias_gap", "ece_bin_growth", "ece_over_bins", "epoch_cost",
     "gamma_misclassification_auroc", "gamma_phases", "gamma_summary", "gamma_std_growth",
     "l2_coefficients",
-    "mce_over_bins", "meta_steps", "outer_cost", "reference_dece",
+    "mce_bin_growth", "mce_over_bins", "meta_steps", "outer_cost", "reference_dece",
 ]
 
 LABEL = "ch05_meta"
@@ -86,6 +88,34 @@ def mce_over_bins(run: Any, index: Any = None, bins: Any = BIN_COUNTS, binning: 
     """``mean_b MCE_b`` over the bin counts ``bins`` (``temperature`` as
     :func:`ece_over_bins`)."""
     return _over_bins("mce", run, index, bins, binning, temperature)
+
+
+def _bin_growth(measure: str, run: Any, index: Any, low: int, high: int, binning: str,
+                temperature: Any) -> float:
+    """``m_high - m_low`` of the evaluator's measure ``measure`` (``"ece"``/``"mce"``)."""
+    low, high = check_positive_int(low, "low"), check_positive_int(high, "high")
+    if low >= high:
+        raise ValueError(f"low must be fewer bins than high, got low={low}, high={high}")
+    return (_over_bins(measure, run, index, high, binning, temperature)
+            - _over_bins(measure, run, index, low, binning, temperature))
+
+
+@register_measure("ece_bin_growth")
+def ece_bin_growth(run: Any, index: Any = None, low: int = BIN_COUNTS[0],
+                   high: int = BIN_COUNTS[-1], binning: str = "width",
+                   temperature: Any = None) -> float:
+    """``ECE_high - ECE_low``: how much the binned ECE grows as the bins go from ``low`` (10)
+    to ``high`` (1000), Figure 5's growth (``temperature`` as :func:`ece_over_bins`)."""
+    return _bin_growth("ece", run, index, low, high, binning, temperature)
+
+
+@register_measure("mce_bin_growth")
+def mce_bin_growth(run: Any, index: Any = None, low: int = BIN_COUNTS[0],
+                   high: int = BIN_COUNTS[-1], binning: str = "width",
+                   temperature: Any = None) -> float:
+    """``MCE_high - MCE_low`` from ``low`` (10) to ``high`` (1000) bins (as
+    :func:`ece_bin_growth`)."""
+    return _bin_growth("mce", run, index, low, high, binning, temperature)
 
 
 def _records(run: Any, key: str) -> list[dict[str, Any]]:
