@@ -19,7 +19,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "calnotes"
 
 #: Layer of each subpackage or module below the root that is not a toolkit module.
 LAYERS = {"_checks": 0, "_io": 0, "metrics": 1, "calibrators": 1, "data": 2, "models": 2,
-          "training": 3, "runs": 4, "book": 5,
+          "conformal": 1, "training": 3, "runs": 4, "book": 5,
           "__main__": 5}  # the command line sits above every layer
 TOOLKIT = 1
 
