@@ -41,7 +41,8 @@ import torch
 from calnotes import metrics
 from calnotes import stats as st
 from calnotes.calibrators import TemperatureScaling
-from calnotes.runs.store import RunNotFound, RunStore, StoredRun
+from calnotes.runs.claims_file import nonfinite, read_claims_yaml
+from calnotes.runs.store import CorruptRun, RunNotFound, RunStore, StoredRun
 
 __all__ = [
     "CLAIM_FIELDS", "MEASURES", "PHASES", "RULES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS",
@@ -66,6 +67,8 @@ CLAIM_FIELDS = ("id", "claim", "original", "work", "where", "premise", "key", "t
 #: A claim's phase: exploratory (the default) or confirmatory (declared, with its sesoi and
 #: planned seeds, before the runs that test it; its own multiplicity family).
 PHASES = ("exploratory", "confirmatory")
+#: Most bootstrap resamples a claim may ask for (each one recomputes its measure).
+MAX_RESAMPLES = 100_000
 TEST_FIELDS = ("a", "b", "statistic", "study", "options", "effect", "scale", "unit",
                "direction", "null", "paper", "design", "resamples")
 ARM_FIELDS = ("label", "where", "seeds", "options", "rule")
@@ -152,18 +155,26 @@ def _check_test(path: Path, cid: str, test: Any, arms: Mapping[str, Any]) -> dic
                                  f"{t['design']!r}")
     for name, default in (("scale", 1.0), ("null", 0.0), ("resamples", 2000)):
         t.setdefault(name, default)
-        if isinstance(t[name], bool) or not isinstance(t[name], (int, float)):
-            raise _fail(path, where, f"{name} must be a number, got {t[name]!r}")
+        if isinstance(t[name], bool) or not isinstance(t[name], (int, float)) or not (
+                math.isfinite(t[name])):
+            raise _fail(path, where, f"{name} must be a finite number, got {t[name]!r}")
     if t["scale"] <= 0:
         raise _fail(path, where, f"scale must be positive, got {t['scale']}")
     if int(t["resamples"]) < 100:
         raise _fail(path, where, f"resamples must be at least 100, got {t['resamples']}")
+    if t["resamples"] != int(t["resamples"]) or t["resamples"] > MAX_RESAMPLES:
+        raise _fail(path, where, f"resamples must be a whole number at most {MAX_RESAMPLES} "
+                                 f"(the limit), got {t['resamples']}")
     paper = t.get("paper")
-    if paper is not None and (isinstance(paper, bool) or not isinstance(paper, (int, float))):
-        raise _fail(path, where, f"paper must be a number, got {paper!r}")
+    if paper is not None and (isinstance(paper, bool) or not isinstance(paper, (int, float))
+                              or not math.isfinite(paper)):
+        raise _fail(path, where, f"paper must be a finite number, got {paper!r}")
     t.setdefault("options", {})
     if not isinstance(t["options"], dict):
         raise _fail(path, where, "options must be a mapping")
+    bad = nonfinite(t["options"])
+    if bad:
+        raise _fail(path, where, f"options: {bad}")
     t.setdefault("unit", "")
     return t
 
@@ -173,17 +184,12 @@ def load_claims(path: str | Path) -> dict[str, Any]:
 
     Every problem is a ``ValueError`` naming the file and the claim or arm.
     """
-    import yaml
-
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a path, got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no claims file at {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({err})") from err
+    data = read_claims_yaml(path)  # size, depth, alias and duplicate-key limits, UTF-8
     _check_keys(path, "top level", data, ("chapter", "arms", "claims"))
     arms = data.get("arms") or {}
     if not isinstance(arms, dict):
@@ -192,6 +198,15 @@ def load_claims(path: str | Path) -> dict[str, Any]:
         _check_keys(path, f"arm {name!r}", arm, ARM_FIELDS)
         if "label" not in arm:
             raise _fail(path, f"arm {name!r}", "needs the label its runs were stored under")
+        label = arm["label"]
+        if not (isinstance(label, str) and label.strip()) and not (
+                isinstance(label, list) and label
+                and all(isinstance(x, str) and x.strip() for x in label)):
+            raise _fail(path, f"arm {name!r}", f"label must be a label or a non-empty list of "
+                                               f"labels (strings), got {label!r}")
+        bad = nonfinite(arm.get("where")) or nonfinite(arm.get("options"))
+        if bad:
+            raise _fail(path, f"arm {name!r}", bad)
         if not isinstance(arm.get("where", {}), dict):
             raise _fail(path, f"arm {name!r}", "where must be a mapping of config keys")
         if not isinstance(arm.get("options", {}), dict):
@@ -219,6 +234,11 @@ def load_claims(path: str | Path) -> dict[str, Any]:
         for field in ("claim", "work", "where"):
             if not isinstance(entry.get(field), str) or not entry[field].strip():
                 raise _fail(path, f"claim {cid!r}", f"{field} must be a non-empty string")
+        for field in ("original", "not_testable", "premise"):
+            if field in entry and (not isinstance(entry[field], str)
+                                   or not entry[field].strip()):
+                raise _fail(path, f"claim {cid!r}", f"{field} must be a non-empty string, "
+                                                    f"got {type(entry[field]).__name__}")
         if ("test" in entry) == ("not_testable" in entry):
             raise _fail(path, f"claim {cid!r}", "give either a test or not_testable (why)")
         claim = dict(entry)
@@ -294,11 +314,28 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
+def _has(config: Mapping[str, Any], dotted: str) -> bool:
+    value: Any = config
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
 def _label_of(folder: Path) -> str | None:
+    """The label in a stored run's provenance; a provenance that cannot be read is an error
+    naming the run (its runs would otherwise drop out of their arms without a word)."""
+    file = folder / "provenance.json"
     try:
-        return json.loads((folder / "provenance.json").read_text(encoding="utf-8")).get("label")
-    except (OSError, ValueError, AttributeError):
-        return None  # unreadable: _load_folder will say what is wrong if an arm needs it
+        label = json.loads(file.read_text(encoding="utf-8")).get("label")
+    except (OSError, ValueError, AttributeError) as err:
+        raise CorruptRun(f"stored run {folder.name}: {file} cannot be read ({err}); delete "
+                         f"the folder {folder} and recompute the run (`make results`)") from err
+    if label is not None and not isinstance(label, str):
+        raise CorruptRun(f"stored run {folder.name}: {file} has a label that is not a "
+                         f"string: {label!r}")
+    return label
 
 
 class _Index:
@@ -330,6 +367,12 @@ class _Index:
                 raise _NoRuns(f"arm {name!r}: its rule {arm['rule']!r} cannot choose yet "
                               f"({missing})") from missing
         seeds = arm.get("seeds")
+        mine = [run for run in self.runs if run.label in labels]
+        for key in where:
+            if mine and not any(_has(run.config, key) for run in mine):
+                raise ValueError(f"arm {name!r}: where names {key!r}, which no stored config "
+                                 f"of label(s) {', '.join(labels)} has (a config key, dotted "
+                                 f"for nested keys, e.g. loss_options.gamma)")
         out: dict[int, StoredRun] = {}
         for run in self.runs:
             if run.label not in labels:
@@ -614,6 +657,30 @@ def _sentence(eff: st.Effect, unit: str, test: Mapping[str, Any]) -> str:
     return text + "."
 
 
+class _ClaimError(ValueError):
+    """An error raised while a claim was evaluated, naming its file and the claim."""
+
+
+class _ClaimTypeError(_ClaimError, TypeError):
+    """A ``TypeError`` raised while a claim was evaluated, naming its file and the claim."""
+
+
+def _fewer_seeds(spec: Mapping[str, Any], test: Mapping[str, Any], index: _Index) -> str:
+    """A sentence when an arm of ``test`` declares seeds that are not stored (empty else)."""
+    notes = []
+    for key in ("a", "b"):
+        name = test.get(key)
+        if name is None or not spec["arms"][name].get("seeds"):
+            continue
+        declared = spec["arms"][name]["seeds"]
+        missing = sorted(set(declared) - set(index.arm(name, spec["arms"][name])))
+        if missing:
+            notes.append(f" Arm {name!r} declares {len(declared)} seeds; {len(missing)} not "
+                         f"stored (seed(s) {', '.join(map(str, missing))}): answered by "
+                         f"{len(declared) - len(missing)} of {len(declared)}.")
+    return "".join(notes)
+
+
 def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                     store: RunStore | None = None) -> pd.DataFrame:
     """Evidence and verdict of every claim of a claims file (a path, or what
@@ -667,7 +734,7 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
         v = st.verdict(eff.low, eff.high, t["direction"], float(t["null"]),
                        None if paper is None else float(paper))
         premise = c.get("premise")
-        if premise is not None and not evaluate(premise)["verdict"].startswith(st.REPRODUCES):
+        if premise is not None and not named(premise)["verdict"].startswith(st.REPRODUCES):
             v = st.PREMISE_FAILS
         row.update(design=eff.design, n=eff.n, estimate=eff.estimate, low=eff.low,
                    high=eff.high, detectable=eff.detectable,
@@ -675,10 +742,23 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                    direction=t["direction"], unit=t["unit"], verdict=v,
                    declared=(_declared(Path(spec["path"]), cid, runs) if runs
                              else "computed when the book is built"),
-                   evidence=_sentence(eff, t["unit"], t))
+                   evidence=_sentence(eff, t["unit"], t) + _fewer_seeds(spec, t, index))
         rows[cid] = row
         return row
 
+    def named(cid: str) -> dict[str, Any]:
+        """``evaluate``, its errors naming the file and the claim."""
+        try:
+            return evaluate(cid)
+        except _ClaimError:
+            raise
+        except (ValueError, TypeError, LookupError, ArithmeticError, RuntimeError) as err:
+            text = str(err)
+            prefix = f"{spec['path']}: claim {cid!r}: "
+            text = text if text.startswith(f"{spec['path']}: claim ") else prefix + text
+            raise (_ClaimTypeError if isinstance(err, TypeError) else _ClaimError)(
+                text) from err
+
     for cid in claims:
-        evaluate(cid)
+        named(cid)
     return pd.DataFrame([rows[c] for c in claims], columns=list(TABLE_COLUMNS))
