@@ -60,6 +60,13 @@ from calnotes.metrics.binned import (
     mce,
     reliability_bins,
 )
+from calnotes.metrics.calibration_tests import (
+    CalibrationTest,
+    consistency_test,
+    skce,
+    skce_test,
+    spiegelhalter_test,
+)
 from calnotes.metrics.intervals import (
     BootstrapInterval,
     SeedInterval,
@@ -112,6 +119,11 @@ __all__ = [
     "ReliabilityBands",
     "clopper_pearson",
     "reliability_bands",
+    "CalibrationTest",
+    "consistency_test",
+    "skce",
+    "skce_test",
+    "spiegelhalter_test",
     "resolve_n_bins",
     "wilson",
     "sece",
