@@ -545,11 +545,11 @@ def test_meta_trainer_rejects_bad_models_and_loaders() -> None:
         trainer.fit(train, [])
 
 
-def test_amp_is_ignored_with_a_warning_on_cpu() -> None:
+def test_amp_on_cpu_is_bfloat16_autocast_and_auto_stays_float32_outside_the_pilot() -> None:
     model, gnet = make_pair()
-    with pytest.warns(UserWarning, match="amp"):
-        trainer = MetaTrainer(model, gnet, amp=True, device="cpu")
-    assert trainer.amp is False
+    assert MetaTrainer(model, gnet, amp=True, device="cpu").amp is True
+    model, gnet = make_pair()
+    assert MetaTrainer(model, gnet, device="cpu").amp is False  # no regime: float32
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

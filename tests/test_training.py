@@ -172,6 +172,9 @@ def test_history_columns_frame_and_json_round_trip() -> None:
         ({"schedule": "step", "milestones": "1,2"}, TypeError, "milestones"),
         ({"device": "quantum"}, ValueError, "device"),
         ({"amp": "yes"}, TypeError, "amp"),
+        ({"amp": 1}, TypeError, "amp"),
+        ({"channels_last": "nhwc"}, TypeError, "channels_last"),
+        ({"compile": 0}, TypeError, "compile"),
         ({"progress": 1}, TypeError, "progress"),
         ({"epoch_callback": 5}, TypeError, "epoch_callback"),
         ({"grad_clip": 0.0}, ValueError, "grad_clip"),
@@ -193,10 +196,16 @@ def test_trainer_rejects_bad_model_and_loss() -> None:
         Trainer(nn.ReLU(), device="cpu")
 
 
-def test_amp_warns_on_cpu() -> None:
-    with pytest.warns(UserWarning, match="amp"):
-        trainer = Trainer(tiny_model(), amp=True, device="cpu", progress=False)
-    assert trainer.amp is False
+def test_amp_true_on_cpu_trains_in_bfloat16_and_validates_in_float32() -> None:
+    trainer = Trainer(tiny_model(), amp=True, device="cpu", progress=False)
+    assert trainer.amp is True and trainer.fast_path.precision == "bfloat16-autocast"
+    x = torch.randn(8, 16)
+    y = torch.randint(0, 3, (8,))
+    seen = []
+    trainer.model.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    trainer._train_step(x, y)
+    trainer.validate([(x, y)])
+    assert seen == [torch.bfloat16, torch.float32]
 
 
 @pytest.mark.parametrize(

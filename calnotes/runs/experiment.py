@@ -108,6 +108,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
 #:
 #: ``grad_clip``: a positive float clips the gradient of each batch's (mean) loss to that
 #: norm before the optimizer step (see :class:`calnotes.training.Trainer`).
+#:
+#: ``fast_path``: ``True`` trains the CPU forward in bfloat16 autocast with NHWC tensors,
+#: ``False`` in float32 with the float32 layout policy (the path before the fast path
+#: existed); absent (or ``"auto"``, dropped like ``None``), the trainer decides by the CPU
+#: and the regime's equivalence pilot (:mod:`calnotes.training.fast_path`), and the run's
+#: provenance records what it used. Stored logits and metrics are float32 either way.
 OPTIONAL_CONFIG: dict[str, Any] = {
     "positive_class": None,
     "meta": None,
@@ -115,6 +121,7 @@ OPTIONAL_CONFIG: dict[str, Any] = {
     "lr_gamma": None,
     "flip": None,
     "grad_clip": None,
+    "fast_path": None,
 }
 
 #: Options of a ``meta`` config and their defaults (see
@@ -166,7 +173,7 @@ CONFIG_TYPES: dict[str, tuple[Any, ...]] = {
     "augment": (bool,), "val_size": (int, float, None), "train_subset": (int, None),
     "test_subset": (int, None), "seed": (int,), "amp": (bool,), "positive_class": (int,),
     "meta": (dict,), "milestones": (list,), "lr_gamma": (float,), "flip": (bool,),
-    "grad_clip": (float,),
+    "grad_clip": (float,), "fast_path": (bool,),
 }
 
 #: The type of every option of a ``meta`` config, as :data:`CONFIG_TYPES`.
@@ -279,6 +286,8 @@ def default_config(**overrides: Any) -> dict[str, Any]:
         )
     config = copy.deepcopy(DEFAULT_CONFIG)
     config.update(copy.deepcopy(overrides))
+    if isinstance(config.get("fast_path"), str) and config["fast_path"] == "auto":
+        config["fast_path"] = None  # the default: the same run, the same hash
     for key in OPTIONAL_CONFIG:
         if config.get(key, None) is None:
             config.pop(key, None)
@@ -453,7 +462,9 @@ class RunResult:
     ``calnotes.metrics.calibration_report``; ``seconds`` is the wall time of training (all
     sessions, if the run was resumed) plus final evaluation; ``device`` names the device
     and ``threads`` the intra-op CPU threads training used (None off the CPU).
-    ``model`` is the trained model (not stored by the run store).
+    ``model`` is the trained model (not stored by the run store). ``fast_path`` is the
+    trainer's precision, layout and compile setting
+    (:meth:`calnotes.training.fast_path.FastPath.as_provenance`).
     """
 
     config: dict[str, Any]
@@ -467,6 +478,7 @@ class RunResult:
     device: str
     threads: int | None = None
     model: nn.Module | None = field(default=None, repr=False)
+    fast_path: dict[str, Any] | None = None
 
 
 def _report(probs: torch.Tensor, labels: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -572,6 +584,7 @@ def train_run(
         config=cfg, history=history, val_logits=val_logits, val_labels=val_labels,
         test_logits=test_logits, test_labels=test_labels, metrics=metrics, seconds=seconds,
         device=describe_device(dev), threads=trainer.threads_used, model=model,
+        fast_path=trainer.fast_path.as_provenance(),
     )
 
 
@@ -593,7 +606,7 @@ def make_trainer(
         lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"],
         schedule=cfg["schedule"], epochs=cfg["epochs"], grad_clip=cfg.get("grad_clip"),
         device=dev,
-        amp=cfg["amp"] and dev.type == "cuda", checkpoint_dir=checkpoint_dir,
+        **_precision_options(cfg, dev), checkpoint_dir=checkpoint_dir,
         progress=progress, seed=cfg["seed"], epoch_callback=epoch_callback, run_config=cfg,
     )
     if "milestones" in cfg:
@@ -624,6 +637,16 @@ def make_trainer(
                              "it accepts ['alpha']")
         return MixupTrainer(model, alpha=alpha, **options)
     return Trainer(model, make_loss(cfg["loss"], **cfg["loss_options"]), **options)
+
+
+def _precision_options(cfg: Mapping[str, Any], dev: torch.device) -> dict[str, Any]:
+    """The trainer's ``amp`` and ``channels_last``: a config's ``amp`` on CUDA, its
+    ``fast_path`` where set, otherwise the trainer's automatic choice."""
+    if cfg["amp"] and dev.type == "cuda":
+        return {"amp": True}
+    if "fast_path" in cfg:
+        return {"amp": cfg["fast_path"], "channels_last": True if cfg["fast_path"] else "auto"}
+    return {"amp": "auto"}
 
 
 def _nonempty(loader: Any) -> bool:

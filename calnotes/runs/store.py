@@ -53,6 +53,7 @@ from calnotes._io import file_lock, fsync_dir, sha256_bytes
 from calnotes.runs import experiment as experiments
 from calnotes.runs.experiment import RunResult
 from calnotes.training import History
+from calnotes.training.devices import cpu_features
 
 __all__ = [
     "FORMAT",
@@ -469,7 +470,10 @@ class RunStore:
             "seconds": float(result.seconds),
             "cpu_threads": result.threads,
             "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "cpu": cpu_features(),
         }
+        if result.fast_path is not None:
+            provenance["fast_path"] = dict(result.fast_path)
         files = {
             "config.json": _json_bytes(config),
             "history.json": _json_bytes(result.history.to_dict()),

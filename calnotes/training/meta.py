@@ -60,15 +60,10 @@ from calnotes._checks import (
 )
 from calnotes.losses import DECE_FORMS, RANKED_DECE, _dece, focal_loss
 from calnotes.metrics import sece
-from calnotes.training.trainer import (
-    VAL_ECE_BINS,
-    History,
-    Trainer,
-    _autocast,
-    _collect_logits,
-    _iter_batches,
-    eval_mode,
-)
+from calnotes.training.fast_path import _autocast
+from calnotes.training.history import History
+from calnotes.training.prediction import _collect_logits, _iter_batches, eval_mode
+from calnotes.training.trainer import VAL_ECE_BINS, Trainer
 
 __all__ = ["GAMMA_FLOOR", "GammaNet", "LearnableL2", "MetaCalibrationTrainer", "MetaTrainer"]
 
@@ -194,7 +189,10 @@ class MetaTrainer(Trainer):
     (fixed order, a :class:`~calnotes.data.DeviceLoader`, or a ``DataLoader`` with
     ``shuffle=True``). Checkpoints (``checkpoint_dir/last.pt``, atomic, every epoch) hold the
     model, gamma-Net, both optimizers, the scheduler, the history, RNG states and the
-    cycling position.
+    cycling position. ``amp``, ``channels_last`` and ``compile`` are the
+    :class:`~calnotes.training.Trainer`'s (:mod:`calnotes.training.fast_path`): bfloat16
+    autocast covers the real step's forward, the look-ahead and the outer forward; gamma-Net,
+    the losses, gamma statistics and validation stay float32.
     """
 
     def __init__(
@@ -216,7 +214,9 @@ class MetaTrainer(Trainer):
         epochs: int = 30,
         grad_clip: float | None = None,
         device: str | torch.device = "auto",
-        amp: bool = False,
+        amp: bool | str = "auto",
+        channels_last: bool | str | None = "auto",
+        compile: bool | str = "auto",
         checkpoint_dir: str | os.PathLike | None = None,
         progress: bool = True,
         seed: int = 0,
@@ -245,7 +245,8 @@ class MetaTrainer(Trainer):
             model, optimizer="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay,
             schedule=schedule, milestones=milestones, gamma=lr_decay, epochs=epochs,
             grad_clip=grad_clip,
-            device=device, amp=amp, checkpoint_dir=checkpoint_dir, progress=progress,
+            device=device, amp=amp, channels_last=channels_last, compile=compile,
+            checkpoint_dir=checkpoint_dir, progress=progress,
             seed=seed, epoch_callback=epoch_callback,  # type: ignore[arg-type]
             run_config=run_config,
         )
@@ -532,7 +533,7 @@ class MetaTrainer(Trainer):
             return super().validate(loader)
         with eval_mode(self.model):
             both, labels = _collect_logits(self._logits_and_gamma, loader, self.device,
-                                           amp=self.amp, channels_last=self.channels_last,
+                                           channels_last=self.channels_last,
                                            name="val_loader")
         self._val_gamma = both[:, -1]
         return self._validation_metrics(both[:, :-1], labels)
@@ -547,7 +548,7 @@ class MetaTrainer(Trainer):
         """gamma-Net's gamma ``(N,)`` (float32, on the CPU) for every sample of ``loader``,
         from eval-mode features."""
         with eval_mode(self.model):
-            both, _ = _collect_logits(self._logits_and_gamma, loader, self.device, amp=self.amp,
+            both, _ = _collect_logits(self._logits_and_gamma, loader, self.device,
                                       channels_last=self.channels_last, name="loader")
         return both[:, -1].cpu()
 

@@ -1,5 +1,8 @@
-"""Training loop: :class:`Trainer` (progress bar, atomic checkpoints, exact resume),
-:func:`predict_logits` and the per-epoch :class:`History`.
+"""Training loop: :class:`Trainer` (progress bar, atomic checkpoints, exact resume) and
+:class:`MixupTrainer`. The per-epoch :class:`~.history.History`, checkpoints
+(:mod:`~.checkpoint`), prediction (:mod:`~.prediction`), devices (:mod:`~.devices`) and
+the precision/layout/compile policy (:mod:`~.fast_path`) live beside it and are
+re-exported here.
 
 A *loader* is any iterable of ``(x, y)`` batches (``x`` float ``(B, ...)``, ``y`` int64
 ``(B,)``). If it has ``set_epoch(epoch)`` the trainer calls it with the 0-based epoch index
@@ -12,15 +15,11 @@ The default loss is cross-entropy, ``L = -(1/B) sum_i log softmax(z_i)[y_i]``.
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import os
-import random
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,17 +29,46 @@ from torch import nn
 
 from calnotes._checks import (
     check_choice,
-    check_device,
     check_nonnegative_float,
     check_positive_float,
     check_positive_int,
-    model_device,
 )
-from calnotes._io import atomic_write, sha256_bytes
 from calnotes._threads import auto_threads, cpu_threads
 from calnotes.losses import MixupLoss, check_batch, mixup_batch
+from calnotes.training.checkpoint import (
+    _CHECKPOINT_FORMAT,
+    CHECKPOINT_NAME,
+    _atomic_torch_save,
+    _check_fingerprint,
+    _fingerprint_digest,
+    _json_copy,
+    _loss_name,
+    _rng_state,
+    _set_rng_state,
+    load_checkpoint,
+)
+from calnotes.training.devices import describe_device, seed_everything, select_device
+from calnotes.training.fast_path import (
+    FastPath,
+    _autocast,
+    _nhwc_pays,
+    compile_model,
+    regime_key,
+    resolve_fast_path,
+)
+from calnotes.training.history import History
+from calnotes.training.prediction import (
+    _batch_input,
+    _collect_logits,
+    _is_channels_last,
+    _iter_batches,
+    eval_mode,
+    predict_logits,
+)
 
 __all__ = [
+    "CHECKPOINT_NAME",
+    "FastPath",
     "History",
     "MixupTrainer",
     "Trainer",
@@ -52,6 +80,9 @@ __all__ = [
     "select_device",
 ]
 
+# Re-exported helpers the meta trainer and older imports use.
+_REEXPORTED = (_CHECKPOINT_FORMAT, _autocast, _nhwc_pays, _is_channels_last, _iter_batches)
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EpochCallback = Callable[[int, "Trainer", dict], None]
 
@@ -59,226 +90,6 @@ OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("cosine", "step", "none")
 #: Number of equal-width bins of the validation ECE recorded each epoch.
 VAL_ECE_BINS = 15
-CHECKPOINT_NAME = "last.pt"
-_CHECKPOINT_FORMAT = 1
-
-
-# --------------------------------------------------------------------------- devices, seeds
-
-
-def select_device(device: str | torch.device = "auto") -> torch.device:
-    """Resolve ``device``: ``"auto"`` is CUDA when available, else CPU; anything else is
-    checked by ``calnotes._checks.check_device`` (``ValueError`` for an unknown or
-    absent device, ``TypeError`` for a value that is neither a string nor a device)."""
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return check_device(device)
-
-
-def describe_device(device: str | torch.device) -> str:
-    """Human-readable device name, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"``."""
-    dev = select_device(device)
-    if dev.type == "cuda":
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
-    return str(dev)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's ``random``, NumPy's global RNG and torch (CPU and every CUDA device)."""
-    seed = check_positive_int(seed, "seed", minimum=0)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)  # noqa: NPY002 (the global RNG is what legacy code uses)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-
-
-# --------------------------------------------------------------------------- history
-
-
-def _plain(value: Any) -> Any:
-    """Turn tensors and NumPy scalars into plain Python numbers (JSON-able)."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(
-                f"history values must be scalars, got a tensor of shape {tuple(value.shape)}"
-            )
-        return value.item()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-class History:
-    """Per-epoch training records, one dict per epoch.
-
-    Standard keys: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``, ``val_loss``
-    (NLL), ``val_ece`` (15 bins), ``val_acc``, ``val_logit_norm`` (mean ``||z||_2``) and
-    ``seconds`` (wall time); an ``epoch_callback`` may add more. ``history["val_ece"]``
-    is the column as a list (``None`` where an epoch lacks the key).
-    """
-
-    #: Keys that measure wall time and so differ between otherwise identical runs.
-    TIME_KEYS: tuple[str, ...] = ("seconds",)
-
-    def __init__(self, records: Iterable[Mapping[str, Any]] | None = None) -> None:
-        self.records: list[dict[str, Any]] = []
-        for record in records or ():
-            self.append(record)
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Add one epoch's record (a mapping of str keys to scalars)."""
-        if not isinstance(record, Mapping):
-            raise TypeError(f"record must be a mapping, got {type(record).__name__}")
-        clean: dict[str, Any] = {}
-        for key, value in record.items():
-            if not isinstance(key, str):
-                raise TypeError(f"record keys must be str, got {key!r}")
-            clean[key] = _plain(value)
-        self.records.append(clean)
-
-    @property
-    def columns(self) -> list[str]:
-        """All keys, in order of first appearance."""
-        seen: dict[str, None] = {}
-        for record in self.records:
-            seen.update(dict.fromkeys(record))
-        return list(seen)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.records)
-
-    def __getitem__(self, key: str) -> list[Any]:
-        if not isinstance(key, str):
-            raise TypeError(f"History columns are indexed by str, got {type(key).__name__}")
-        if key not in self.columns:
-            raise KeyError(f"no column {key!r} in history; columns are {self.columns}")
-        return [record.get(key) for record in self.records]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, History) and self.records == other.records
-
-    def __repr__(self) -> str:
-        return f"History({len(self)} epochs, columns={self.columns})"
-
-    def without_timing(self) -> list[dict[str, Any]]:
-        """Records without the wall-time keys: equal for runs that trained identically."""
-        return [{k: v for k, v in r.items() if k not in self.TIME_KEYS} for r in self.records]
-
-    def to_frame(self):  # -> pandas.DataFrame
-        """The records as a ``pandas.DataFrame`` (one row per epoch)."""
-        import pandas as pd
-
-        return pd.DataFrame.from_records(self.records, columns=self.columns or None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form; :meth:`from_dict` inverts it."""
-        return {"records": [dict(r) for r in self.records]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> History:
-        """The history that :meth:`to_dict` wrote."""
-        if not isinstance(data, Mapping) or "records" not in data:
-            raise ValueError("data must be a mapping with a 'records' list (from History.to_dict)")
-        return cls(data["records"])
-
-
-# --------------------------------------------------------------------------- prediction
-
-
-def _iter_batches(loader: Iterable, name: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for batch in loader:
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise ValueError(f"{name} must yield (x, y) pairs, got {type(batch).__name__}")
-        x, y = batch
-        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-            raise TypeError(f"{name} must yield torch tensors (x, y)")
-        yield x, y
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """``model`` in eval mode inside the block; its previous train/eval mode afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
-def _batch_input(x: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
-    """A batch of inputs on ``device``, NHWC (``channels_last``) when the model is."""
-    x = x.to(device, non_blocking=True)
-    if channels_last and x.ndim == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-def _collect_logits(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    loader: Iterable,
-    device: torch.device,
-    *,
-    amp: bool = False,
-    channels_last: bool = False,
-    name: str = "loader",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Concatenated float32 logits and int64 labels, left on ``device``."""
-    chunks, labels = [], []
-    with torch.no_grad():
-        for x, y in _iter_batches(loader, name):
-            x = _batch_input(x, device, channels_last)
-            with _autocast(device, amp):
-                out = forward(x)
-            chunks.append(out.float())
-            labels.append(y.to(device, non_blocking=True).long())
-    if not chunks:
-        raise ValueError(f"{name} yielded no batches")
-    return torch.cat(chunks), torch.cat(labels)
-
-
-def predict_logits(
-    model: nn.Module, loader: Iterable, device: str | torch.device | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of ``model`` on every batch of ``loader``.
-
-    Runs in eval mode without gradients and restores the model's previous mode. ``device``
-    (default: where the model's parameters are) is where batches are moved. Only loaders
-    are accepted; wrap raw images in a loader (see ``calnotes.data.make_loaders``).
-
-    Returns ``(logits float32 (N, C), labels int64 (N,))``, both on the CPU.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    dev = model_device(model) if device is None else select_device(device)
-    with eval_mode(model):
-        logits, labels = _collect_logits(model, loader, dev,
-                                         channels_last=_is_channels_last(model))
-    if logits.ndim != 2:
-        raise ValueError(f"model must output (B, C) logits, got shape {tuple(logits.shape[1:])}")
-    return logits.cpu(), labels.cpu()
-
-
-def _nhwc_pays(model: nn.Module) -> bool:
-    """Whether NHWC is the better CPU layout: the model has 2-d convolutions and no batch
-    norm. torch's NHWC batch norm on the CPU sums each channel's N H W terms one after the
-    other in float32, so its error grows with N H W: one layer's outputs erred 50x more
-    than the NCHW kernel's at 128 x 28 x 28 and 670x at 64 x 112 x 112 (torch 2.13)."""
-    modules = list(model.modules())
-    return any(isinstance(m, nn.Conv2d) for m in modules) and not any(
-        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in modules
-    )
-
-
-def _is_channels_last(model: nn.Module) -> bool:
-    """Whether the model's 4-d weights (its 2-d convolutions) are stored NHWC."""
-    weights = [p for p in model.parameters() if p.ndim == 4]
-    return all(p.is_contiguous(memory_format=torch.channels_last) for p in weights) and any(
-        not p.is_contiguous() for p in weights  # one input channel: both layouts agree
-    )
 
 
 def _check_threads(threads: Any) -> int | str | None:
@@ -289,55 +100,8 @@ def _check_threads(threads: Any) -> int | str | None:
     return check_positive_int(threads, "threads")
 
 
-def _autocast(device: torch.device, enabled: bool):
-    if not enabled:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
 # --------------------------------------------------------------------------- trainer
 
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` into memory, then an atomic write to ``path``."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    atomic_write(path, buffer.getvalue())
-
-
-def _rng_state() -> dict[str, Any]:
-    name, keys, pos, has_gauss, gauss = np.random.get_state()  # noqa: NPY002
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state(  # noqa: NPY002
-        (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
-    )
-    random.setstate(state["python"])
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-
-
-def _loss_name(loss_fn: Any) -> str:
-    """Identify a loss for the checkpoint fingerprint (function/class name, module repr)."""
-    target = getattr(loss_fn, "func", loss_fn)  # unwrap functools.partial
-    kind = target if hasattr(target, "__qualname__") else type(target)
-    name = f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
-    if isinstance(loss_fn, nn.Module):
-        name += f" {loss_fn!r}"
-    return name
 
 
 class Trainer:
@@ -358,20 +122,19 @@ class Trainer:
     optimizer adds weight decay and momentum); ``None`` (default) leaves it alone.
     Speed options:
 
-    * ``amp`` (bfloat16 autocast): CUDA only, ignored with a warning elsewhere (on a CPU
-      without bf16 instructions it made a ResNet-20 step about 2x slower).
-    * ``channels_last``: NHWC weights and activations, the layout oneDNN's CPU
-      convolutions compute in. ``None`` (default): on for CPU models with 2-d
-      convolutions and no batch norm (LeNet-5; results agree with NCHW up to float32
-      rounding), off otherwise and on CUDA. ``True`` forces it, also for batch-norm
-      models, where torch's NHWC batch norm sums less accurately (see ``_nhwc_pays``).
+    * ``amp``, ``channels_last``, ``compile``: each ``"auto"`` (default), ``True`` or
+      ``False``; the rules are :mod:`calnotes.training.fast_path`'s (bfloat16 autocast
+      and NHWC where the CPU has bf16 instructions and the regime passed its equivalence
+      pilot; float32 elsewhere; ``None`` for ``channels_last`` means ``"auto"``). What was
+      chosen is :attr:`fast_path`. Validation always runs in float32. ``False`` for all
+      three is the float32 NCHW path exactly as before the fast path (on a CPU without
+      bf16 instructions bfloat16 autocast made a ResNet-20 step about 2x slower).
     * ``threads``: intra-op CPU threads during :meth:`fit`. ``"auto"`` (default, CPU
       only) asks ``calnotes._threads.auto_threads`` once per run and keeps the answer
       in the checkpoint, so a resumed run uses the same number; an int sets it; ``None``
       keeps torch's setting. The previous setting is restored when ``fit`` returns.
-    * ``compile``: ``torch.compile``, off by default (on a 2-core CPU a ResNet-20 step ran
-      1.35x faster after 31 s of compiling, paid again in every run: more than the
-      steps of a chapter's runs save).
+    * ``compile``: ``torch.compile`` of the forward, its inductor cache kept per
+      architecture; ``"auto"`` leaves it off unless the benchmark found it pays.
 
     ``run_config`` (e.g. a :func:`calnotes.runs.experiment.default_config`) describes the
     whole run, data included: a checkpoint is resumed only by a trainer of the same
@@ -394,10 +157,10 @@ class Trainer:
         epochs: int = 30,
         grad_clip: float | None = None,
         device: str | torch.device = "auto",
-        amp: bool = False,
-        channels_last: bool | None = None,
+        amp: bool | str = "auto",
+        channels_last: bool | str | None = "auto",
         threads: int | str | None = "auto",
-        compile: bool = False,
+        compile: bool | str = "auto",
         checkpoint_dir: str | os.PathLike | None = None,
         progress: bool = True,
         seed: int = 0,
@@ -412,14 +175,9 @@ class Trainer:
             )
         if epoch_callback is not None and not callable(epoch_callback):
             raise TypeError("epoch_callback must be callable(epoch, trainer, record)")
-        for flag, value in [("nesterov", nesterov), ("amp", amp), ("compile", compile),
-                            ("progress", progress)]:
+        for flag, value in [("nesterov", nesterov), ("progress", progress)]:
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
-        if channels_last is not None and not isinstance(channels_last, bool):
-            raise TypeError(
-                f"channels_last must be a bool or None, got {type(channels_last).__name__}"
-            )
         self.threads = _check_threads(threads)
         self.optimizer_name = check_choice(optimizer, "optimizer", OPTIMIZERS)
         self.schedule = check_choice(schedule, "schedule", SCHEDULES)
@@ -439,36 +197,32 @@ class Trainer:
         self.milestones = self._resolve_milestones(milestones)
         self.device = select_device(device)
 
-        on_cuda = self.device.type == "cuda"
-        if amp and not on_cuda:
-            warnings.warn(f"amp=True is ignored on device {self.device}", UserWarning,
-                          stacklevel=2)
-        if channels_last and self.device.type not in ("cpu", "cuda"):
-            warnings.warn(f"channels_last=True is ignored on device {self.device}",
-                          UserWarning, stacklevel=2)
-        self.amp = amp and on_cuda
-        if channels_last is None:
-            channels_last = self.device.type == "cpu" and _nhwc_pays(model)
-        self.channels_last = channels_last and self.device.type in ("cpu", "cuda")
+        for name, setting in [("amp", amp), ("channels_last", channels_last)]:
+            if setting is True and self.device.type not in ("cpu", "cuda"):
+                warnings.warn(f"{name}=True is ignored on device {self.device}", UserWarning,
+                              stacklevel=2)
+        #: The run config this trainer trains (JSON), part of the checkpoint fingerprint.
+        self.run_config = _json_copy(run_config, "run_config")
+        #: Precision, layout and compile setting in use, and the regime they were chosen for.
+        self.fast_path: FastPath = resolve_fast_path(
+            amp, channels_last, compile, device=self.device, model=model,
+            regime=regime_key(self.run_config))
+        self.amp = self.fast_path.amp
+        self.channels_last = self.fast_path.channels_last
         #: Intra-op threads of the last (or current) fit; None before the first.
         self.threads_used: int | None = None
         self.progress = progress
         self.epoch_callback = epoch_callback
         self.loss_fn: LossFn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
-        #: The whole run config this trainer trains (JSON), part of the checkpoint fingerprint.
-        self.run_config = _json_copy(run_config, "run_config")
 
         self.model = model.to(self.device)
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._forward: Callable[[torch.Tensor], torch.Tensor] = self.model
-        if compile:
-            if hasattr(torch, "compile"):
-                self._forward = torch.compile(self.model)
-            else:
-                warnings.warn("compile=True is ignored: torch.compile is unavailable", UserWarning,
-                              stacklevel=2)
+        if self.fast_path.compile:
+            architecture = (self.run_config or {}).get("model") or type(model).__qualname__
+            self._forward = compile_model(self.model, str(architecture))
         self.optimizer = self._make_optimizer()
         self.scheduler = self._make_scheduler()
         self.history = History()
@@ -731,7 +485,7 @@ class Trainer:
         the model is restored afterwards.
         """
         with eval_mode(self.model):
-            logits, labels = _collect_logits(self._forward, loader, self.device, amp=self.amp,
+            logits, labels = _collect_logits(self._forward, loader, self.device,
                                              channels_last=self.channels_last, name="val_loader")
         return self._validation_metrics(logits, labels)
 
@@ -750,68 +504,6 @@ class Trainer:
         return dict(zip(("val_loss", "val_ece", "val_acc", "val_logit_norm"), values, strict=True))
 
 
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The state saved in a calnotes checkpoint (``torch.load`` with ``weights_only=True``).
-
-    A truncated or damaged file raises ``ValueError`` naming it, never a bare
-    ``EOFError``, ``RuntimeError`` or ``UnpicklingError``.
-    """
-    path = Path(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, ...
-        raise ValueError(
-            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is truncated "
-            "or damaged. Delete it to train this run from the start."
-        ) from err
-    if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"{path} is not a calnotes checkpoint (format {found})")
-    missing = sorted({"fingerprint", "fingerprint_sha256", "epoch", "model"} - set(state))
-    if missing:
-        raise ValueError(f"checkpoint {path} lacks {missing}; it is damaged. Delete it.")
-    return state
-
-
-def _json_copy(value: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
-    try:
-        return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be JSON-able: {err}") from err
-
-
-def _check_fingerprint(state: Mapping[str, Any], mine: dict[str, Any], path: Path) -> None:
-    """Refuse to resume a checkpoint written with another configuration, naming the fields
-    (the keys of ``run_config`` one by one)."""
-    if state["fingerprint_sha256"] == _fingerprint_digest(mine):
-        return
-    theirs = dict(state["fingerprint"])
-    mine = dict(mine)
-    for fp in (theirs, mine):
-        config = fp.pop("run_config", None)
-        for key, value in (config or {}).items():
-            fp[f"run_config.{key}"] = value
-    diff = [
-        f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}"
-        for k in sorted(set(mine) | set(theirs))
-        if mine.get(k) != theirs.get(k)
-    ]
-    raise ValueError(
-        f"checkpoint {path} was written with a different configuration "
-        f"({'; '.join(diff)}). Delete it or use another checkpoint_dir."
-    )
-
-def _fingerprint_digest(fingerprint: Any) -> str:
-    """SHA-256 of the fingerprint's JSON (sorted keys, compact separators)."""
-    return sha256_bytes(json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode())
 
 
 # --------------------------------------------------------------------------- mixup
