@@ -34,7 +34,7 @@ _TEMPERATURES: dict[str, float] = {}
 def _temperature(run: StoredRun) -> float:
     key = str(run.path.resolve())
     if key not in _TEMPERATURES:
-        if run.val_logits is None:
+        if run.val_logits is None or run.val_labels is None:
             raise ValueError(f"run {run.path.name} stores no validation logits")
         ts = TemperatureScaling().fit(run.val_logits.double(), run.val_labels)
         _TEMPERATURES[key] = float(ts.temperature_)
@@ -157,8 +157,9 @@ def class_coverage_table(runs: Mapping[int, StoredRun], *, alpha: float = 0.1,
                          splits: int = 100) -> pd.DataFrame:
     """Coverage of each class (mean over splits and seeds) for LAC, APS and class-
     conditional (Mondrian) LAC: columns ``class`` and one per method."""
-    methods = {"LAC": {"score": "lac"}, "APS": {"score": "aps", "randomized": True},
-               "Mondrian LAC": {"score": "lac", "mondrian": True}}
+    methods: dict[str, dict[str, Any]] = {
+        "LAC": {"score": "lac"}, "APS": {"score": "aps", "randomized": True},
+        "Mondrian LAC": {"score": "lac", "mondrian": True}}
     cols = {}
     for name, opts in methods.items():
         per_seed = [np.nanmean(conformal_splits(run, alpha=alpha, splits=splits, **opts)
