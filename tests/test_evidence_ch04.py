@@ -107,6 +107,30 @@ def test_ood_measure_recomputes_from_stored_logits():
     assert ch04.ood_measure(run, index=np.arange(len(run.test_labels))) == got
 
 
+def test_ood_confidence_is_the_mean_msp_of_each_stored_ood_set():
+    import json
+
+    from calnotes.runs.store import RunStore
+
+    folder = ROOT / "results" / "b4b74733c68c"  # ResNet-8, LogitNorm, seed 0
+    run = RunStore(ROOT / "results").load(json.loads((folder / "config.json").read_text()))
+    got = ch04.ood_confidence(run)
+    # read the stored float32 logits of each natural set directly, numpy softmax in float64
+    import calnotes.runs.ood as ood_runs
+    out = ood_runs.run_ood_logits(run, ch04.ood_pool("fashion_mnist", "natural"), device="cpu")
+    means = []
+    for x in out.values():
+        z = x.numpy().astype(np.float64)
+        e = np.exp(z - z.max(1, keepdims=True))
+        means.append(float((e / e.sum(1, keepdims=True)).max(1).mean()))
+    assert len(means) == len(ch04.NATURAL_SETS["fashion_mnist"])
+    # float64 softmax both ways: only the order of summation differs
+    assert got == pytest.approx(float(np.mean(means)), abs=1e-12)
+    assert 0.1 <= got <= 1.0  # a max softmax of 10 classes
+    with pytest.raises(ValueError, match="index"):
+        ch04.ood_confidence(run, index=[0, 1])
+
+
 def test_ood_pool_rejects_unknown_names():
     with pytest.raises(ValueError, match="kind"):
         ch04.ood_pool("fashion_mnist", "textures")

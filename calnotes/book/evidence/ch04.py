@@ -41,7 +41,7 @@ from calnotes.runs.store import RunNotFound, StoredRun, load_or_run
 __all__ = [
     "LABEL", "NATURAL_SETS", "NOISE_SETS", "PILOT_LRS", "PILOT_SEED", "REGIMES", "SEEDS",
     "TAUS", "choose_regime", "choose_tau", "lenet_config", "log_norm_slope", "noise_val_fpr",
-    "ood_measure", "ood_pool", "own_lr", "val_confidence_gap",
+    "ood_confidence", "ood_measure", "ood_pool", "own_lr", "val_confidence_gap",
 ]
 
 LABEL = "ch04_logitnorm"
@@ -191,6 +191,21 @@ def ood_measure(run: StoredRun, index: Any = None, sets: str = "natural", score:
     if not math.isfinite(value):
         raise ValueError(f"run {run.path.name}: {metric} is not finite")
     return value
+
+
+@register_measure("ood_confidence")
+def ood_confidence(run: StoredRun, index: Any = None, sets: str = "natural",
+                   device: str = "cpu") -> float:
+    r"""Mean maximum softmax probability of the run on OOD images,
+    :math:`\frac{1}{S}\sum_s \frac{1}{N_s}\sum_{x \in s} \max_k \sigma(f(x))_k`, averaged over
+    the OOD sets of ``sets`` (each set's whole pool, weighted equally): how sure the network
+    is of a class the image does not have."""
+    if index is not None:
+        raise ValueError("ood_confidence reads the OOD images, not the test images: index must "
+                         "be None")
+    out = run_ood_logits(run, ood_pool(run.config["dataset"], sets), device=device)
+    return float(np.mean([torch.softmax(x.double(), 1).max(1).values.mean().item()
+                          for x in out.values()]))
 
 
 def compute_runs(smoke: bool = False, device: str = "cpu", mnist: bool = True,
