@@ -67,6 +67,13 @@ from calnotes.metrics.calibration_tests import (
     skce_test,
     spiegelhalter_test,
 )
+from calnotes.metrics.decomposition import SCORES as SCORES
+from calnotes.metrics.decomposition import (
+    CorpCurve,
+    ScoreDecomposition,
+    corp_curve,
+    score_decomposition,
+)
 from calnotes.metrics.intervals import (
     BootstrapInterval,
     SeedInterval,
@@ -124,6 +131,10 @@ __all__ = [
     "skce",
     "skce_test",
     "spiegelhalter_test",
+    "CorpCurve",
+    "ScoreDecomposition",
+    "corp_curve",
+    "score_decomposition",
     "resolve_n_bins",
     "wilson",
     "sece",
