@@ -3,6 +3,7 @@ and the validation and fitting helpers the calibrators share."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -10,7 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import sklearn.exceptions
 import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils.metadata_routing import UNUSED
 
 from calnotes._checks import (
     ArrayLike,
@@ -25,8 +29,9 @@ from calnotes._io import atomic_write
 _Cal = TypeVar("_Cal", bound="Calibrator")
 
 
-class NotFittedError(ValueError):
-    """A calibrator was used before ``fit``."""
+class NotFittedError(sklearn.exceptions.NotFittedError):
+    """A calibrator was used before ``fit`` (a ``ValueError``, and scikit-learn's
+    ``NotFittedError``)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -190,13 +195,22 @@ def _edges(value: Any, name: str) -> np.ndarray:
 _SAVED_CLASSES: dict[str, type[Calibrator]] = {}
 
 
-class Calibrator:
+class Calibrator(BaseEstimator):
     """Common base: fitted-state and class-count checks shared by every calibrator.
 
     Subclasses set ``n_classes_`` in ``fit`` and implement ``_fit`` / ``_predict``.
+    scikit-learn conventions (``BaseEstimator``): ``get_params``, ``set_params`` (which
+    validates through the constructor), ``clone``, ``classes_`` and ``predict`` after
+    ``fit``, so a calibrator can be the last step of a ``Pipeline`` whose earlier steps
+    output logits.
     """
 
     n_classes_: int
+    # logits and labels are the data of fit/predict (X and y), not routed metadata
+    __metadata_request__fit = {"logits": UNUSED, "labels": UNUSED}
+    __metadata_request__predict_proba = {"logits": UNUSED}
+    __metadata_request__predict = {"logits": UNUSED}
+    __metadata_request__transform = {"logits": UNUSED}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -222,6 +236,41 @@ class Calibrator:
         raise NotImplementedError(
             f"{type(self).__name__} has no calibrated logits; use predict_proba"
         )
+
+    def predict(self, logits: ArrayLike) -> ArrayLike:
+        """The class of highest calibrated probability, ``(N,)`` int64 (ties: the first)."""
+        probs = self.predict_proba(logits)
+        if isinstance(probs, torch.Tensor):
+            return probs.argmax(dim=1)
+        return np.asarray(probs).argmax(axis=1)
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The classes ``0 .. C-1`` of the fitted logits' columns."""
+        self._check_fitted()
+        return np.arange(self.n_classes_)
+
+    # -- scikit-learn conventions
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "n_classes_")
+
+    def __sklearn_clone__(self: _Cal) -> _Cal:
+        """An unfitted copy with the same parameters (the constructor validates, and may
+        normalise, them: a list of bins becomes a tuple)."""
+        return type(self)(**copy.deepcopy(self.get_params(deep=False)))
+
+    def set_params(self: _Cal, **params: Any) -> _Cal:
+        """Set constructor parameters; they are validated as the constructor does, and an
+        unknown name or a bad value raises before anything changes."""
+        current = self.get_params(deep=False)
+        unknown = sorted(set(params) - set(current))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown} for {type(self).__name__}; "
+                             f"valid: {sorted(current)}")
+        fresh = type(self)(**{**current, **params})
+        for name in current:
+            setattr(self, name, getattr(fresh, name))
+        return self
 
     # -- helpers for subclasses
     def _check_fitted(self) -> None:

@@ -192,9 +192,8 @@ class MatrixScaling(_LogitCalibrator):
 
     def __init__(self, reg: float = 0.0, bias_reg: float | None = None, max_iter: int = 200):
         self.reg = check_nonnegative_float(reg, "reg")
-        self.bias_reg = (
-            self.reg if bias_reg is None else check_nonnegative_float(bias_reg, "bias_reg")
-        )
+        # stored as given (None: the same as reg), as scikit-learn's get_params expects
+        self.bias_reg = None if bias_reg is None else check_nonnegative_float(bias_reg, "bias_reg")
         self.max_iter = check_positive_int(max_iter, "max_iter")
 
     def _features(self, z: torch.Tensor) -> torch.Tensor:
@@ -213,8 +212,9 @@ class MatrixScaling(_LogitCalibrator):
             value = F.cross_entropy(z @ w.T + b, y)
             if self.reg > 0:
                 value = value + self.reg * ((w * off) ** 2).sum() / (c * (c - 1))
-            if self.bias_reg > 0:
-                value = value + self.bias_reg * (b**2).mean()
+            bias_reg = self.reg if self.bias_reg is None else self.bias_reg
+            if bias_reg > 0:
+                value = value + bias_reg * (b**2).mean()
             return value
 
         _lbfgs([w, b], loss, self.max_iter)
