@@ -65,11 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import report
 
     try:
-        val_logits, val_labels = report.load_logits(args.val, probs=args.probs)
-        test_logits, test_labels = report.load_logits(args.test, probs=args.probs)
-        if val_logits.shape[1] != test_logits.shape[1]:
-            raise ValueError(f"{args.val} has {val_logits.shape[1]} classes but {args.test} "
-                             f"has {test_logits.shape[1]}")
+        val_logits, val_labels, test_logits, test_labels = report.load_pair(
+            args.val, args.test, probs=args.probs)
         methods = (list(report.default_methods(val_logits.shape[1])) if args.methods is None
                    else [m.strip() for m in args.methods.split(",") if m.strip()])
         if args.save_calibrator and args.calibrator not in methods:

@@ -282,3 +282,69 @@ def test_cli_json_output(files, capsys) -> None:
     assert data["recommended"] in (None, "temperature")
     assert data["validation"]["n_folds"] == 5 and data["temperature"] > 1
     assert any(f.endswith("risk_coverage.png") for f in data["files"])
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float16", "round3", "round2", "round1"])
+def test_probabilities_at_any_precision_are_refused_as_logits(tmp_path, capsys, kind) -> None:
+    """bfloat16 or rounded probabilities miss a row sum of 1 by more than 1e-3; they are
+    still probabilities, within their own precision."""
+    (zv, yv), (zt, yt) = _overconfident(500, 10, seed=3), _overconfident(400, 10, seed=4)
+    pv, pt = (torch.softmax(torch.from_numpy(z).double(), 1) for z in (zv, zt))
+    if kind in ("bfloat16", "float16"):
+        cast = getattr(torch, kind)
+        val, test = pv.to(cast), pt.to(cast)
+        torch.save({"logits": val, "labels": torch.from_numpy(yv)}, tmp_path / "val.pt")
+        torch.save({"logits": test, "labels": torch.from_numpy(yt)}, tmp_path / "test.pt")
+    else:
+        digits = int(kind[-1])
+        val, test = pv.numpy().round(digits), pt.numpy().round(digits).astype(np.float32)
+        torch.save({"logits": torch.from_numpy(val), "labels": torch.from_numpy(yv)},
+                   tmp_path / "val.pt")
+        torch.save({"logits": torch.from_numpy(test), "labels": torch.from_numpy(yt)},
+                   tmp_path / "test.pt")
+    worst = float((torch.as_tensor(val).double().sum(1) - 1).abs().max())
+    assert worst > 1e-3 or kind == "float16"  # beyond the old fixed tolerance
+    with pytest.raises(ValueError, match=r"val\.pt: logits look like probabilities"):
+        report.load_logits(tmp_path / "val.pt")
+    with pytest.raises(ValueError, match="test_logits look like probabilities"):
+        report.make_report(zv, yv, test, yt)
+    args = ["report", str(tmp_path / "val.pt"), str(tmp_path / "test.pt"),
+            "--out", str(tmp_path / "o"), "--methods", "temperature", "--boot", "20"]
+    assert main(args) == 2
+    assert "VAL file" in capsys.readouterr().err
+    # with --probs they are read, renormalised, and give the model's overconfidence
+    logits, _ = report.load_logits(tmp_path / "val.pt", probs=True)
+    assert torch.allclose(torch.softmax(torch.as_tensor(logits).double(), 1).sum(1),
+                          torch.ones(500, dtype=torch.float64))
+    assert main([*args, "--probs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["confidence_minus_accuracy"]["low"] > 0
+
+
+def test_simplex_tolerance_follows_dtype_and_rounding() -> None:
+    p = torch.tensor([[0.25, 0.25, 0.5], [0.125, 0.375, 0.5]], dtype=torch.float64)
+    assert report.simplex_tolerance(p) == pytest.approx(1e-3 + 3 * 0.0005)  # 3 decimals
+    q = torch.tensor([[0.1234567, 0.8765433]], dtype=torch.float64)
+    assert report.simplex_tolerance(q) == pytest.approx(1e-3)  # not rounded
+    assert report.simplex_tolerance(q.bfloat16()) >= 2.0 ** -7
+    # real logits in [0, 1] that do not sum to 1 stay logits
+    report.check_not_probs(np.array([[0.2, 0.3, 0.1], [0.5, 0.1, 0.1]]))
+
+
+def test_an_empty_npz_names_the_file_and_the_split(tmp_path, capsys, files) -> None:
+    empty = tmp_path / "empty.npz"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.npz: not a readable \.npz file"):
+        report.load_logits(empty)
+    assert main(["report", str(files["val"]), str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert f"TEST file {empty}: not a readable .npz file" in capsys.readouterr().err
+
+
+def test_one_class_validation_labels_name_the_val_file(tmp_path, capsys, files) -> None:
+    z, _ = _overconfident(100, 4, seed=5)
+    one = _npz(tmp_path / "one.npz", logits=z, labels=np.zeros(100, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"VAL file .*one\.npz: labels hold only class 0"):
+        report.load_pair(one, files["test"])
+    assert main(["report", str(one), str(files["test"]), "--out", str(tmp_path / "o")]) == 2
+    assert "VAL file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"TEST file .*missing\.npz: no such file"):
+        report.load_pair(files["val"], tmp_path / "missing.npz")
