@@ -1,4 +1,7 @@
-r"""Calibration metrics: ECE, MCE, ACE, classwise ECE, SECE, NLL, Brier, error.
+r"""Calibration metrics: ECE, MCE, ACE, classwise ECE, SECE, NLL, Brier, error; their
+streaming versions (``update`` / ``compute``, :mod:`calnotes.metrics.streaming`) and
+scikit-learn scorers (:func:`sklearn_scorer`). ``sample_weight`` is taken by the binned
+metrics, NLL and Brier.
 
 Vocabulary: ``probs (N, C)`` (or ``(N,)``, the positive-class probability of a binary
 problem, read as the two columns ``[1 - p, p]``) and integer ``labels (N,)``. The
@@ -89,11 +92,23 @@ from calnotes.metrics.selective import (
     risk_coverage_curve,
     selective_risk,
 )
+from calnotes.metrics.sklearn import SCORER_METRICS as SCORER_METRICS
+from calnotes.metrics.sklearn import CalibrationScorer, sklearn_scorer
 from calnotes.metrics.smooth import SECE_EXACT_MAX_N as SECE_EXACT_MAX_N
 from calnotes.metrics.smooth import SECE_GRID_TOL as SECE_GRID_TOL
 from calnotes.metrics.smooth import SECE_METHODS as SECE_METHODS
 from calnotes.metrics.smooth import SMECE_MIN_BANDWIDTH as SMECE_MIN_BANDWIDTH
 from calnotes.metrics.smooth import sece, smece, smece_bandwidth
+from calnotes.metrics.streaming import (
+    StreamingBrier,
+    StreamingClasswiseECE,
+    StreamingECE,
+    StreamingMCE,
+    StreamingMetric,
+    StreamingNLL,
+    StreamingSECE,
+    as_torchmetric,
+)
 from calnotes.metrics.summary import BINNED_METRICS as BINNED_METRICS
 from calnotes.metrics.summary import METRICS as METRICS
 from calnotes.metrics.summary import REPORT_METRICS as REPORT_METRICS
@@ -141,5 +156,15 @@ __all__ = [
     "smece",
     "smece_bandwidth",
     "seed_interval",
+    "CalibrationScorer",
+    "sklearn_scorer",
+    "StreamingBrier",
+    "StreamingClasswiseECE",
+    "StreamingECE",
+    "StreamingMCE",
+    "StreamingMetric",
+    "StreamingNLL",
+    "StreamingSECE",
+    "as_torchmetric",
 ]
 
