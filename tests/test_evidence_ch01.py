@@ -72,3 +72,56 @@ def test_network_density_is_fitted_by_moments_to_chapter_1s_run():
 def test_bad_options_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
         ch01.sece_vs_ece(n=100, **{"draws": 2, **kwargs})
+
+
+# --- the exercises' solutions
+
+
+class _History:
+    def __init__(self, val_ece):
+        self.val_ece = val_ece
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame({"epoch": range(1, len(self.val_ece) + 1), "val_ece": self.val_ece})
+
+
+def test_compare_runs_hand_computed():
+    from types import SimpleNamespace
+
+    # two samples, both predicted class 0 with confidence 0.75 (logits log 3 and 0); one right
+    logits = torch.tensor([[np.log(3.0), 0.0], [np.log(3.0), 0.0]])
+    run = SimpleNamespace(test_logits=logits, test_labels=torch.tensor([0, 1]),
+                          history=_History([0.3, 0.1, 0.25]))
+    row = ch01.compare_runs({"a": run}).loc["a"]
+    assert row["test error"] == pytest.approx(50.0)
+    assert row["mean confidence"] == pytest.approx(75.0)
+    assert row["test ECE"] == pytest.approx(25.0)  # one bin: |0.75 - 0.5|
+    assert row["val. ECE drift"] == pytest.approx(15.0)  # 0.25 - 0.1
+
+
+def test_exercise_config_is_chapter_2s_regime_or_tiny():
+    from calnotes.book.evidence.ch02_runs import sweep_config
+
+    assert ch01.exercise_config(False, model="lenet5") == sweep_config("lenet5")
+    tiny = ch01.exercise_config(True, model="resnet20", weight_decay=0.005)
+    assert (tiny["epochs"], tiny["train_subset"], tiny["weight_decay"]) == (1, 200, 0.005)
+
+
+def test_bandwidth_table_is_the_estimator_tables_bias():
+    table = ch01.bandwidth_table(500, 3, [0.02, 0.1], density="beta", seed=4)
+    assert list(table.index.get_level_values("bandwidth").unique()) == [0.02, 0.1]
+    direct = ch01.estimator_table(500, 3, "beta", bandwidth=0.1, seed=4)
+    expected = 100 * (direct["SECE (paper)"] - direct["truth"])
+    assert table.loc[(0.1, "SECE (paper)"), "bias"] == pytest.approx(expected.mean())
+    assert table.loc[(0.1, "SECE (paper)"), "std"] == pytest.approx(expected.std(ddof=1))
+
+
+def test_l2_debiasing_removes_part_of_the_plug_in_bias():
+    table = ch01.l2_debiasing([200, 2000], repeats=5, seed=1)
+    assert list(table.index) == [200, 2000]
+    # calibrated model: the plug-in L2 estimate is positive noise, the debiased one smaller
+    assert (table["plug-in L2 ECE"] > table["debiased L2 error"]).all()
+    share = 1 - table["debiased L2 error"] / table["plug-in L2 ECE"]
+    assert np.allclose(table["bias removed (share)"], share)

@@ -8,15 +8,19 @@ draw, and returns one value per draw (a 1-D array), in probability units.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from calnotes import metrics
-from calnotes.book.evidence.ch02_runs import ch01_config
+from calnotes.book.evidence.ch02_runs import WEIGHT_DECAY_GRID as WEIGHT_DECAY_GRID
+from calnotes.book.evidence.ch02_runs import ch01_config, sweep_config
 from calnotes.runs.claims import register_study
-from calnotes.synthetic import SyntheticModel
+from calnotes.synthetic import SyntheticModel, estimator_study
 
 DENSITIES = ("beta", "network")
 SMOOTHING = ("accuracy", "both")
@@ -148,3 +152,59 @@ def estimator_table(n: int, draws: int, density: str, curve: str = "calibrated",
     out = {k: np.array(v) for k, v in rows.items()}
     out["truth"] = np.full(draws, model.true_calibration_error())
     return out
+
+
+# --- The exercises' solutions --------------------------------------------------------------
+
+def exercise_config(smoke: bool, **changes: Any) -> dict[str, Any]:
+    """Chapter 2's sweep regime (2,000 images, 20 epochs: stored) with ``changes``; in SMOKE
+    mode 200 training images, 1 epoch, so that the solution runs in seconds."""
+    config = sweep_config(**changes)
+    if smoke:
+        config.update(epochs=1, train_subset=200, val_size=200, test_subset=500)
+    return config
+
+
+def compare_runs(runs: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per named run: test error, mean confidence and ECE (15 bins), and the drift of
+    the validation ECE (its last value minus its smallest along training), all in %."""
+    rows = {}
+    for name, run in runs.items():
+        probs = torch.softmax(run.test_logits.double(), dim=1)
+        conf, correct = metrics.confidences_and_correct(probs, run.test_labels)
+        val_ece = run.history.to_frame()["val_ece"]
+        rows[name] = {"test error": 100 * (1 - float(correct.mean())),
+                      "mean confidence": 100 * float(conf.mean()),
+                      "test ECE": 100 * float(metrics.ece(probs, run.test_labels)),
+                      "val. ECE drift": 100 * float(val_ece.iloc[-1] - val_ece.min())}
+    return pd.DataFrame(rows).T
+
+
+def bandwidth_table(n: int, draws: int, bandwidths: Sequence[float], density: str = "network",
+                    seed: int = 0) -> pd.DataFrame:
+    """Bias (mean estimate minus the truth, here 0) and spread (std over draws) of both SECEs
+    on a calibrated model, one row per bandwidth, in %."""
+    rows = {}
+    for h in bandwidths:
+        table = estimator_table(n, draws, density, bandwidth=h, seed=seed)
+        for name in ("SECE (paper)", "SECE (both smoothed)"):
+            error = table[name] - table["truth"]
+            rows[(h, name)] = {"bias": 100 * error.mean(), "std": 100 * error.std(ddof=1)}
+    frame = pd.DataFrame(rows).T
+    frame.index.names = ["bandwidth", "estimator"]
+    return frame
+
+
+def l2_debiasing(sizes: Sequence[int], repeats: int, seed: int = 0,
+                 bins: int = 15) -> pd.DataFrame:
+    """Plug-in L2 ECE against the debiased L2 error on a calibrated model (true error 0): mean
+    estimate per N in %, and the share of the plug-in's bias the correction removes."""
+    model = SyntheticModel("calibrated")
+    estimators = {
+        "plug-in L2 ECE": lambda p, y: metrics.ece(p, y, n_bins=bins, norm="l2"),
+        "debiased L2 error": lambda p, y: metrics.debiased_l2_ce(p, y, n_bins=bins),
+    }
+    study = estimator_study(model, sizes, estimators, repeats=repeats, seed=seed)
+    table = 100 * study.groupby(["n", "estimator"])["error"].mean().unstack("estimator")
+    table["bias removed (share)"] = 1 - table["debiased L2 error"] / table["plug-in L2 ECE"]
+    return table
