@@ -240,3 +240,26 @@ def test_bootstrap_bad_input():
         M.bootstrap("smece", p, y, n_boot=2, bandwidth="x")
     with pytest.raises(ValueError, match="n_boot"):
         M.bootstrap("aurc", p, y, n_boot=1)
+
+
+@pytest.mark.parametrize(("bandwidth", "message"), [
+    (1e-9, r"bandwidth 1e-09 needs a grid of 6\.4e\+10 cells .*the limit is bandwidth >= "
+           r"3\.81e-06"),
+    (1e9, r"bandwidth 1e\+09 would sum 8e\+09 kernel images .*the limit is bandwidth <= 100"),
+])
+def test_smece_refuses_bandwidths_beyond_memory(bandwidth, message):
+    p, y = make_data(0, 50, 3, scale=3.0)
+    with pytest.raises(ValueError, match=message):
+        M.smece(p, y, bandwidth=bandwidth)
+
+
+def test_smece_at_its_bandwidth_limits_is_computed():
+    p, y = make_data(0, 50, 3, scale=3.0)
+    conf, correct = M.confidences_and_correct(p, y)
+    # the widest kernel is flat on [0, 1]: the smoothed residual is the mean residual
+    flat = abs(float(np.mean(np.asarray(conf) - np.asarray(correct))))
+    assert M.smece(p, y, bandwidth=100.0) == pytest.approx(flat, abs=1e-9)
+    narrow = M.smece(p, y, bandwidth=64 / M.smooth.SMECE_MAX_CELLS)
+    # at a bandwidth far below the spacing of 50 samples nothing is smoothed: mean |r|
+    assert narrow == pytest.approx(float(np.mean(np.abs(np.asarray(conf)
+                                                        - np.asarray(correct)))), rel=1e-3)

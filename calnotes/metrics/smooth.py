@@ -312,6 +312,31 @@ SMECE_MIN_BANDWIDTH = 1e-3
 #: The grid of :func:`smece` has at least this many intervals on [0, 1] and at least 64 per
 #: bandwidth.
 _SMECE_MIN_CELLS = 1 << 16
+#: At most this many grid intervals (about 2 GB of float64 work arrays): the bandwidth's
+#: floor is ``64 / SMECE_MAX_CELLS``, about 3.8e-6.
+SMECE_MAX_CELLS = 1 << 24
+#: The widest bandwidth :func:`smece` takes: the reflected kernel then sums
+#: ``2 ceil(4 sigma) + 1`` images of the Gaussian; at sigma = 100 it is flat on [0, 1] to
+#: within 1e-12, and a wider one changes nothing but the cost.
+SMECE_MAX_BANDWIDTH = 100.0
+
+
+def _check_smece_bandwidth(bandwidth: Any) -> float:
+    """A positive bandwidth whose grid and kernel images fit the limits above."""
+    bandwidth = check_positive_float(bandwidth, "bandwidth")
+    floor = 64.0 / SMECE_MAX_CELLS
+    if bandwidth < floor:
+        cells = math.ceil(64.0 / bandwidth)
+        raise ValueError(
+            f"bandwidth {bandwidth:g} needs a grid of {cells:.3g} cells (about "
+            f"{4 * 8 * cells / 1e9:.3g} GB); the limit is bandwidth >= {floor:.3g} "
+            f"({SMECE_MAX_CELLS} cells)")
+    if bandwidth > SMECE_MAX_BANDWIDTH:
+        raise ValueError(
+            f"bandwidth {bandwidth:g} would sum {2 * math.ceil(4 * bandwidth) + 1:.3g} kernel "
+            f"images over the grid; the limit is bandwidth <= {SMECE_MAX_BANDWIDTH:g}, where "
+            f"the kernel is already flat on [0, 1]")
+    return bandwidth
 
 
 def _smece_cells(bandwidth: float) -> int:
@@ -343,8 +368,10 @@ def _smece_value(ring_fft: torch.Tensor, n: int, cells: int, bandwidth: float) -
     d = torch.arange(size, dtype=torch.float64)
     d = torch.minimum(d, size - d) / cells  # distance on the circle of length 2
     images = range(-math.ceil(4 * bandwidth), math.ceil(4 * bandwidth) + 1)
-    kernel = torch.stack([torch.exp(-0.5 * ((d + 2 * k) / bandwidth) ** 2) for k in images])
-    kernel = kernel.sum(0) / (bandwidth * math.sqrt(2 * math.pi))
+    kernel = torch.zeros_like(d)
+    for k in images:  # summed one image at a time: memory O(cells), not O(cells * images)
+        kernel += torch.exp(-0.5 * ((d + 2 * k) / bandwidth) ** 2)
+    kernel /= bandwidth * math.sqrt(2 * math.pi)
     h = torch.fft.irfft(ring_fft * torch.fft.rfft(kernel), n=size)[: cells + 1] / n
     a = h.abs()
     return float((a.sum() - 0.5 * (a[0] + a[-1])) / cells)
@@ -382,10 +409,13 @@ def smece(
     finely and solves the fixed point to :math:`10^{-6}`. For ``(N,)`` binary input the
     top-label confidence :math:`\max(p, 1-p)` is used, as everywhere in this module, while
     relplot's ``smECE(p, y)`` reads ``p`` as the positive-class probability.
+
+    ``bandwidth`` must lie in ``[64 / SMECE_MAX_CELLS, SMECE_MAX_BANDWIDTH]`` (about
+    ``[3.8e-6, 100]``): a narrower one needs a grid beyond memory, a wider one only cost.
     """
     conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
     if bandwidth is not None:
-        bandwidth = check_positive_float(bandwidth, "bandwidth")
+        bandwidth = _check_smece_bandwidth(bandwidth)
     c = conf.detach().to("cpu", torch.float64)
     r = c - correct.detach().to("cpu", torch.float64)
     if bandwidth is None:
