@@ -284,3 +284,61 @@ def test_equivalence_row_hand_case() -> None:
     assert margin_from_sd([1.0, 2.0, 3.0], 0.5) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="values"):
         margin_from_sd([1.0], 0.5)
+
+
+class FakeRun:
+    def __init__(self, shift: float, gamma: float) -> None:
+        self.test_logits = torch.tensor([[2.0 + shift, 0.0], [0.0, 1.0 - shift], [1.0, 0.5]])
+        self.test_labels = torch.tensor([0, 1, 1])
+        self.history = History([{"gamma_mean": gamma}, {"gamma_mean": gamma + 1}])
+
+
+def declaration(tmp_path: Path) -> Path:
+    path = tmp_path / "pilot.yaml"
+    path.write_text(
+        "label: p\nseeds: [7, 8, 9]\nalpha: 0.05\nmargin_fraction: 0.5\n"
+        "arms: {float32: {fast_path: false}, fast: {fast_path: true}}\n"
+        "regimes:\n  r:\n    config: {model: resnet8}\n    measures: [error, nll, gamma_trajectory]\n"
+        "    margins: {error: 0.5, nll: 0.5, gamma_trajectory: 0.01}\n")
+    return path
+
+
+def test_pilot_table_pairs_seeds_and_requires_every_measure(tmp_path: Path) -> None:
+    from calnotes.training.pilot import load_declaration, pilot_configs, pilot_table
+
+    decl = load_declaration(declaration(tmp_path))
+    order = pilot_configs(decl)
+    assert [(s, a) for _, s, a, _ in order] == [(7, "float32"), (7, "fast"), (8, "float32"),
+                                                (8, "fast"), (9, "float32"), (9, "fast")]
+    assert order[1][3] == {"model": "resnet8", "seed": 7, "fast_path": True}
+    shifts = {(7, False): 0.0, (7, True): 0.01, (8, False): 0.1, (8, True): 0.12,
+              (9, False): 0.2, (9, True): 0.19}
+
+    def load(cfg):  # the fast arm's gamma is 0.02 higher: beyond its margin 0.01
+        return FakeRun(shifts[cfg["seed"], cfg["fast_path"]], 0.02 * cfg["fast_path"])
+
+    rows = {r["measure"]: r for r in pilot_table(decl, load)}
+    assert rows["error"]["n"] == 3 and rows["error"]["difference"] == 0.0
+    assert rows["nll"]["equivalent"] and rows["error"]["equivalent"]
+    assert not rows["gamma_trajectory"]["equivalent"]
+    assert rows["gamma_trajectory"]["difference"] == pytest.approx(0.02)
+    assert not any(r["passes"] for r in rows.values())  # one measure fails: the regime fails
+    # a seed without both runs: that seed is left out and the regime cannot pass
+    partial = pilot_table(decl, lambda cfg: None if cfg["seed"] == 9 else load(cfg))
+    assert all(r["n"] == 2 and not r["passes"] for r in partial)
+
+
+def test_declaration_is_checked(tmp_path: Path) -> None:
+    from calnotes.training.pilot import load_declaration
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("label: p\nseeds: [1]\n")
+    with pytest.raises(ValueError, match="lacks"):
+        load_declaration(path)
+    good = declaration(tmp_path).read_text()
+    path.write_text(good.replace("gamma_trajectory: 0.01", "ece: 0.01"))
+    with pytest.raises(ValueError, match="margin"):
+        load_declaration(path)
+    repo = Path(__file__).resolve().parent.parent / "benchmarks" / "fast_path_pilot.yaml"
+    decl = load_declaration(repo)
+    assert decl["seeds"] == [300, 301, 302] and decl["alpha"] == 0.05

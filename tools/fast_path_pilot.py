@@ -24,30 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from calnotes.runs.claims import arm_runs
 from calnotes.runs.executor import execute
 from calnotes.runs.store import RunNotFound, RunStore
-from calnotes.training.pilot import equivalence_row, margin_from_sd, run_measures
+from calnotes.training.pilot import (
+    load_declaration,
+    margin_from_sd,
+    pilot_configs,
+    pilot_table,
+    run_measures,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLARATION = ROOT / "benchmarks" / "fast_path_pilot.yaml"
-
-
-def load_declaration(path: Path = DECLARATION) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
-
-
-def configs(decl: dict[str, Any]) -> list[tuple[str, int, str, dict[str, Any]]]:
-    """``(regime, seed, arm, config)`` in the declared training order."""
-    out = []
-    for regime, spec in decl["regimes"].items():
-        for seed in decl["seeds"]:
-            for arm, setting in decl["arms"].items():
-                out.append((regime, seed, arm, {**spec["config"], "seed": seed, **setting}))
-    return out
 
 
 def exploratory_margins(decl: dict[str, Any]) -> dict[str, dict[str, tuple[float, float]]]:
@@ -59,37 +49,17 @@ def exploratory_margins(decl: dict[str, Any]) -> dict[str, dict[str, tuple[float
                 for _, r in sorted(runs.items())]
         out[regime] = {}
         for m in spec["measures"]:
-            values = [row[m] for row in rows]
-            margin = margin_from_sd(values, decl["margin_fraction"])
+            margin = margin_from_sd([row[m] for row in rows], decl["margin_fraction"])
             out[regime][m] = (margin / decl["margin_fraction"], margin)
     return out
 
 
-def pilot_table(decl: dict[str, Any], store: RunStore | None = None) -> list[dict[str, Any]]:
-    """One row per regime and measure over the seeds whose two runs are both stored."""
-    store = RunStore() if store is None else store
-    rows = []
-    for regime, spec in decl["regimes"].items():
-        measures: dict[str, dict[str, list[float]]] = {"fast": {}, "float32": {}}
-        seeds = []
-        for seed in decl["seeds"]:
-            try:
-                runs = {arm: store.load({**spec["config"], "seed": seed, **setting})
-                        for arm, setting in decl["arms"].items()}
-            except RunNotFound:
-                continue
-            seeds.append(seed)
-            for arm, run in runs.items():
-                values = run_measures(run.test_logits, run.test_labels, run.history.to_dict())
-                for m in spec["measures"]:
-                    measures[arm].setdefault(m, []).append(values[m])
-        for m in spec["measures"]:
-            row = {"regime": regime, "measure": m, "seeds": seeds}
-            if len(seeds) >= 2:
-                row.update(equivalence_row(measures["fast"][m], measures["float32"][m],
-                                           spec["margins"][m], decl["alpha"]))
-            rows.append(row)
-    return rows
+def stored(store: RunStore, config: dict[str, Any]) -> Any:
+    """The stored run of ``config``, or ``None``."""
+    try:
+        return store.load(config)
+    except RunNotFound:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,18 +67,19 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("margins", "run", "table"))
     args = parser.parse_args(argv)
-    decl = load_declaration()
+    decl = load_declaration(DECLARATION)
     if args.command == "margins":
         for regime, values in exploratory_margins(decl).items():
             for m, (sd, margin) in values.items():
                 print(f"{regime:20s} {m:18s} seed sd {sd:.6g}  margin {margin:.6g}")
         return 0
     if args.command == "table":
-        for row in pilot_table(decl):
+        store = RunStore()
+        for row in pilot_table(decl, lambda cfg: stored(store, cfg)):
             print(row)
         return 0
     torch.set_num_threads(1)  # one core per run: the other is kept for other training
-    for regime, seed, arm, cfg in configs(decl):
+    for regime, seed, arm, cfg in pilot_configs(decl):
         print(f"{regime} seed {seed} {arm}", flush=True)
         execute([cfg], label=decl["label"], device="cpu", backend="sequential")
     return 0

@@ -15,7 +15,8 @@ Measures of one run (all computed in float64 from its stored float32 logits):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,8 @@ import torch
 
 from calnotes import metrics, stats
 
-__all__ = ["MEASURES", "equivalence_row", "margin_from_sd", "run_measures"]
+__all__ = ["MEASURES", "equivalence_row", "load_declaration", "margin_from_sd", "pilot_configs",
+           "pilot_table", "run_measures"]
 
 #: The pilot's measures, in table order.
 MEASURES = ("error", "ece", "nll", "gamma_trajectory")
@@ -82,3 +84,71 @@ def equivalence_row(fast: Sequence[float], base: Sequence[float], margin: float,
     return {"n": n, "difference": effect.estimate, "low": effect.low, "high": effect.high,
             "margin": float(margin), "p_lower": p_low, "p_upper": p_high,
             "equivalent": bool(p_low < alpha and p_high < alpha)}
+
+
+# --------------------------------------------------------------------------- the declaration
+
+
+def load_declaration(path: str | Path) -> dict[str, Any]:
+    """The pilot's declaration (YAML: ``label``, ``seeds``, ``alpha``, ``margin_fraction``,
+    ``arms`` ``{name: config keys}`` with ``float32`` and ``fast``, ``regimes``
+    ``{name: {config, measures, margins, exploratory}}``)."""
+    import yaml
+
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        decl = yaml.safe_load(f)
+    missing = {"label", "seeds", "alpha", "margin_fraction", "arms", "regimes"} - set(decl or {})
+    if missing:
+        raise ValueError(f"{path}: the declaration lacks {sorted(missing)}")
+    if set(decl["arms"]) != {"float32", "fast"}:
+        raise ValueError(f"{path}: arms must be float32 and fast, got {sorted(decl['arms'])}")
+    for name, spec in decl["regimes"].items():
+        if set(spec["measures"]) - set(MEASURES) or set(spec["measures"]) != set(spec["margins"]):
+            raise ValueError(f"{path}: regime {name!r} needs a margin for each of its measures "
+                             f"(known measures: {', '.join(MEASURES)})")
+    return decl
+
+
+def pilot_configs(decl: Mapping[str, Any]) -> list[tuple[str, int, str, dict[str, Any]]]:
+    """``(regime, seed, arm, config)`` in the declared training order: regime by regime,
+    seed by seed, float32 before fast."""
+    return [(regime, seed, arm, {**spec["config"], "seed": seed, **decl["arms"][arm]})
+            for regime, spec in decl["regimes"].items() for seed in decl["seeds"]
+            for arm in ("float32", "fast")]
+
+
+def pilot_table(decl: Mapping[str, Any], load: Callable[[dict[str, Any]], Any]) -> list[dict]:
+    """One row per regime and measure: :func:`equivalence_row` over the seeds whose two runs
+    ``load(config)`` returns (objects with ``test_logits``, ``test_labels`` and a
+    ``history``; ``None`` for a run not stored). A regime ``passes`` when all its seeds are
+    complete and every measure is equivalent."""
+    rows = []
+    for regime, spec in decl["regimes"].items():
+        values: dict[str, dict[str, list[float]]] = {"float32": {}, "fast": {}}
+        seeds = []
+        for seed in decl["seeds"]:
+            runs = {arm: load({**spec["config"], "seed": seed, **decl["arms"][arm]})
+                    for arm in ("float32", "fast")}
+            if any(run is None for run in runs.values()):
+                continue
+            seeds.append(seed)
+            for arm, run in runs.items():
+                measured = run_measures(run.test_logits, run.test_labels, run.history.to_dict())
+                for m in spec["measures"]:
+                    values[arm].setdefault(m, []).append(measured[m])
+        regime_rows = []
+        for m in spec["measures"]:
+            row: dict[str, Any] = {"regime": regime, "measure": m, "n": len(seeds),
+                                   "margin": float(spec["margins"][m])}
+            if len(seeds) >= 2:
+                row.update(equivalence_row(values["fast"][m], values["float32"][m],
+                                           spec["margins"][m], decl["alpha"]))
+            else:
+                row.update(difference=math.nan, low=math.nan, high=math.nan, equivalent=False)
+            regime_rows.append(row)
+        complete = len(seeds) == len(decl["seeds"])
+        for row in regime_rows:
+            row["passes"] = complete and all(r["equivalent"] for r in regime_rows)
+        rows.extend(regime_rows)
+    return rows
