@@ -1,5 +1,5 @@
 r"""Calibration metrics: ECE, MCE, ACE, classwise ECE, SECE, NLL, Brier, error; their
-streaming versions (``update`` / ``compute``, :mod:`calnotes.metrics.streaming`) and
+streaming versions (``update`` / ``compute``, ``calnotes.metrics.streaming``) and
 scikit-learn scorers (:func:`sklearn_scorer`). ``sample_weight`` is taken by the binned
 metrics, NLL and Brier.
 

@@ -64,7 +64,7 @@ class CalibrationScorer:
             kwargs["sample_weight"] = np.asarray(sample_weight, dtype=np.float64)
         return -float(self._function(probs, labels, **kwargs))
 
-    def get_metadata_routing(self) -> MetadataRequest:
+    def get_metadata_routing(self) -> Any:
         """The scorer requests ``sample_weight`` when metadata routing is on."""
         request = MetadataRequest(owner=type(self).__name__)
         if self.metric != "sece":
@@ -92,7 +92,8 @@ def _label_indices(y_true: Any, classes: np.ndarray) -> np.ndarray:
 def sklearn_scorer(metric: str, **kwargs: Any) -> CalibrationScorer:
     """A scorer of ``-metric`` (greater is better) for ``scoring=`` in scikit-learn.
 
-    ``metric`` is a name in :data:`SCORER_METRICS`; ``kwargs`` go to the metric
-    (``n_bins``, ``binning``, ``norm``, ``bandwidth``, ...) and are checked here.
+    ``metric`` is a name in :data:`calnotes.metrics.sklearn.SCORER_METRICS`; ``kwargs`` go
+    to the metric (``n_bins``, ``binning``, ``norm``, ``bandwidth``, ...) and are checked
+    here.
     """
     return CalibrationScorer(metric, **kwargs)

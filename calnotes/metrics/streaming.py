@@ -174,7 +174,7 @@ def _weights(sample_weight: Any, n: int, device: torch.device) -> torch.Tensor:
 
 class StreamingECE(StreamingMetric):
     """Streaming :func:`calnotes.metrics.ece` (same ``n_bins``, ``binning``, ``norm``, and
-    ``sample_weight`` in :meth:`update`). Equal-width bins keep ``3 M`` numbers; equal-mass
+    ``sample_weight`` in ``update``). Equal-width bins keep ``3 M`` numbers; equal-mass
     bins keep the confidences, as their edges are quantiles of all of them."""
 
     def __init__(self, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
