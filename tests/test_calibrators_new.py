@@ -256,3 +256,56 @@ def test_new_calibrators_are_registered():
     for name in ("dirichlet", "scaling_binning", "beta"):
         q = C.calibrate(name, z, y, z[:20])
         np.testing.assert_allclose(q.sum(1), 1.0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- hostile files
+
+
+def _resave(tmp_path, cal, edit):
+    import json
+
+    data = cal.to_dict()
+    edit(data["state"])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _set(key, index, value):
+    def edit(state):
+        state["cores"][0][key][index] = value
+    return edit
+
+
+@pytest.mark.parametrize(("name", "fit", "edit", "message"), [
+    ("scaling_binning", "scores", _set("values", 0, 5.0),
+     r"cores\[0\]\.values must lie in \[0, 1\] \(probabilities\), got values in \[.*, 5\]"),
+    ("scaling_binning", "scores", _set("values", -1, -1.0), r"cores\[0\]\.values must lie"),
+    ("histogram", "scores", _set("values", 0, 1.5), r"cores\[0\]\.values must lie in \[0, 1\]"),
+    ("isotonic", "scores", _set("y", -1, -0.5), r"cores\[0\]\.y must lie in \[0, 1\]"),
+    ("isotonic", "scores", _set("y", 0, 0.99), r"cores\[0\]\.y must be monotone"),
+    ("bbq", "scores", lambda s: s["cores"][0].update(weights=[2.0] * len(
+        s["cores"][0]["weights"])), r"cores\[0\]\.weights must lie in \[0, 1\]"),
+    ("bbq", "scores", lambda s: s["cores"][0].update(weights=[0.0] * len(
+        s["cores"][0]["weights"])), r"cores\[0\]\.weights must sum to 1"),
+    ("bbq", "scores", lambda s: s["cores"][0]["models"][0]["theta"].__setitem__(0, 3.0),
+     r"cores\[0\]\.models\[0\]\.theta must lie in \[0, 1\]"),
+    ("beta", "scores", lambda s: s["cores"][0].update(a=-1.0),
+     r"cores\[0\]\.a and \.b must be >= 0"),
+])
+def test_loaded_parameters_must_be_possible(tmp_path, name, fit, edit, message):
+    s, t = binary_scores(0, 400)
+    z = np.stack([np.zeros_like(s), np.log(s / (1 - s))], axis=1)
+    cal = C.CALIBRATORS[name]().fit(z, t)
+    C.load(cal.save(tmp_path / "good.json"))  # the fitted file loads
+    path = _resave(tmp_path, cal, edit)
+    with pytest.raises(ValueError, match=message) as info:
+        C.load(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_a_deeply_nested_json_names_the_file(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match=r"deep\.json: JSON nested too deeply"):
+        C.load(path)

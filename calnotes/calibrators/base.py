@@ -181,6 +181,15 @@ def _cores(state: Mapping[str, Any], n_classes: int) -> list[Any]:
     return cores
 
 
+def _unit(value: Any, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``_floats`` that must lie in [0, 1] (saved probabilities: bin values, thetas)."""
+    arr = _floats(value, name, shape)
+    if arr.min() < 0.0 or arr.max() > 1.0:
+        raise _StateError(f"{name} must lie in [0, 1] (probabilities), got values in "
+                          f"[{arr.min():.4g}, {arr.max():.4g}]")
+    return arr
+
+
 def _edges(value: Any, name: str) -> np.ndarray:
     edges = _floats(value, name, (-1,))
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or (np.diff(edges) < 0).any():
@@ -365,6 +374,8 @@ class Calibrator(BaseEstimator):
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: not a JSON file ({err})") from None
+        except RecursionError:  # a saved calibrator nests about 4 levels
+            raise ValueError(f"{path}: JSON nested too deeply to be a saved calibrator") from None
         return cls.from_dict(data, source=str(path))
 
     def _state(self) -> dict[str, Any]:  # pragma: no cover

@@ -19,8 +19,8 @@ from calnotes.calibrators.base import (
     _cores,
     _edges,
     _field,
-    _floats,
     _StateError,
+    _unit,
 )
 from calnotes.calibrators.binning import _BinaryCoreCalibrator
 
@@ -166,7 +166,10 @@ class BBQ(_BinaryCoreCalibrator):
         cores = []
         for i, core in enumerate(_cores(state, n_classes)):
             where = f"cores[{i}]"
-            weights = _floats(_field(core, "weights", where), f"{where}.weights", (-1,))
+            weights = _unit(_field(core, "weights", where), f"{where}.weights", (-1,))
+            if abs(weights.sum() - 1.0) > 1e-6:
+                raise _StateError(f"{where}.weights must sum to 1 (BBQ's model average), got "
+                                  f"{weights.sum():.6g}")
             saved = _field(core, "models", where)
             if not isinstance(saved, list) or len(saved) != len(weights):
                 raise _StateError(f"{where}.models must be a list of {len(weights)} models")
@@ -174,8 +177,8 @@ class BBQ(_BinaryCoreCalibrator):
             for j, model in enumerate(saved):
                 name = f"{where}.models[{j}]"
                 edges = _edges(_field(model, "edges", name), f"{name}.edges")
-                theta = _floats(_field(model, "theta", name), f"{name}.theta",
-                                (len(edges) - 1,))
+                theta = _unit(_field(model, "theta", name), f"{name}.theta",
+                              (len(edges) - 1,))
                 models.append((edges, theta))
             cores.append((weights, models))
         self.cores_ = cores

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from calnotes.calibrators.base import _cores, _field, _floats, _logistic_fit
+from calnotes.calibrators.base import _cores, _field, _floats, _logistic_fit, _StateError
 from calnotes.calibrators.binning import _BinaryCoreCalibrator
 
 #: Scores are clipped to ``[eps, 1 - eps]`` (float64's machine epsilon, as betacal does)
@@ -65,6 +65,10 @@ class BetaCalibration(_BinaryCoreCalibrator):
         cores = []
         for i, core in enumerate(_cores(state, n_classes)):
             where = f"cores[{i}]"
-            cores.append(np.array([float(_floats(_field(core, k, where), f"{where}.{k}", ()))
-                                   for k in ("a", "b", "c")]))
+            w = np.array([float(_floats(_field(core, k, where), f"{where}.{k}", ()))
+                          for k in ("a", "b", "c")])
+            if w[0] < 0 or w[1] < 0:  # the fit keeps a, b >= 0: a non-decreasing map
+                raise _StateError(f"{where}.a and .b must be >= 0 (beta calibration's map is "
+                                  f"non-decreasing), got a={w[0]:g}, b={w[1]:g}")
+            cores.append(w)
         self.cores_ = cores

@@ -28,6 +28,7 @@ from calnotes.calibrators.base import (
     _renormalize,
     _require_two_classes,
     _StateError,
+    _unit,
 )
 
 # --------------------------------------------------------------------------- binning
@@ -140,8 +141,8 @@ class HistogramBinning(_BinaryCoreCalibrator):
         cores = []
         for i, core in enumerate(_cores(state, n_classes)):
             edges = _edges(_field(core, "edges", f"cores[{i}]"), f"cores[{i}].edges")
-            values = _floats(_field(core, "values", f"cores[{i}]"), f"cores[{i}].values",
-                             (len(edges) - 1,))
+            values = _unit(_field(core, "values", f"cores[{i}]"), f"cores[{i}].values",
+                           (len(edges) - 1,))
             cores.append((edges, values))
         self.cores_ = cores
 
@@ -174,12 +175,15 @@ class IsotonicCalibration(_BinaryCoreCalibrator):
         for i, core in enumerate(_cores(state, n_classes)):
             where = f"cores[{i}]"
             x = _floats(_field(core, "x", where), f"{where}.x", (-1,))
-            y = _floats(_field(core, "y", where), f"{where}.y", (len(x),))
+            y = _unit(_field(core, "y", where), f"{where}.y", (len(x),))
             if (np.diff(x) < 0).any():
                 raise _StateError(f"{where}.x must be sorted")
             increasing = _field(core, "increasing", where)
             if not isinstance(increasing, bool):
                 raise _StateError(f"{where}.increasing must be true or false")
+            if ((np.diff(y) < 0) if increasing else (np.diff(y) > 0)).any():
+                raise _StateError(f"{where}.y must be monotone (isotonic regression is): "
+                                  f"{'non-decreasing' if increasing else 'non-increasing'}")
             reg = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
             # The pickle protocol of sklearn's estimator: it rebuilds the interpolation
             # from the thresholds, so predictions are those of the fitted object.
@@ -283,6 +287,6 @@ class ScalingBinning(_BinaryCoreCalibrator):
             edges = _floats(_field(core, "edges", where), f"{where}.edges", (-1,))
             if (np.diff(edges) <= 0).any() or edges[-1] != 1.0:
                 raise _StateError(f"{where}.edges must increase and end at 1")
-            values = _floats(_field(core, "values", where), f"{where}.values", (len(edges),))
+            values = _unit(_field(core, "values", where), f"{where}.values", (len(edges),))
             cores.append((platt, edges, values))
         self.cores_ = cores
