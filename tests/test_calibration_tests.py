@@ -125,3 +125,32 @@ def test_bad_arguments_are_named():
         metrics.skce(probs[:1], labels[:1])
     with pytest.raises(ValueError, match="n_boot"):
         metrics.consistency_test(probs, labels, n_boot=0)
+
+
+def test_mce_consistency_statistic_is_the_mce():
+    probs, labels = _calibrated(300, 4, seed=5, sharpen=1.5)
+    t = metrics.consistency_test(probs, labels, n_bins=7, n_boot=10, norm="max")
+    assert t.statistic == pytest.approx(metrics.mce(probs, labels, 7), rel=1e-9)
+
+
+def test_debiased_interval_contains_its_estimate_where_the_percentile_one_does_not():
+    from calnotes.synthetic import SyntheticModel
+
+    model = SyntheticModel("calibrated")
+    percentile_misses, zero_misses = 0, 0
+    for r in range(40):
+        probs, labels = model.sample(500, seed=r)
+        for metric in ("ece", "mce"):
+            pct = metrics.bootstrap(metric, probs, labels, n_boot=100, seed=r)
+            deb = metrics.bootstrap(metric, probs, labels, n_boot=100, seed=r,
+                                    method="debiased")
+            assert deb.contains(deb.estimate) and deb.estimate == pct.estimate
+            percentile_misses += not pct.contains(pct.estimate)
+            zero_misses += metric == "ece" and not deb.contains(0.0)
+    assert percentile_misses > 0  # the failure the debiased interval removes
+    # the true ECE of this model is 0; the lower end is 0 unless the consistency test
+    # rejects at 2.5%: more than 5 of 40 has probability binom.sf(5, 40, 0.025) < 1e-3
+    assert binom.sf(5, 40, 0.025) < 1e-3
+    assert zero_misses <= 5
+    with pytest.raises(ValueError, match="method"):
+        metrics.bootstrap("ece", probs, labels, method="bca")

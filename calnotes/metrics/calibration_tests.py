@@ -237,21 +237,22 @@ def skce_test(
 
 def consistency_test(
     probs: ArrayLike, labels: ArrayLike, n_bins: int | str = 15, binning: str = "uniform",
-    *, n_boot: int = 1000, seed: int = 0,
+    *, n_boot: int = 1000, seed: int = 0, norm: str = "l1",
 ) -> CalibrationTest:
     r"""Binned consistency-resampling test of top-label calibration (Bröcker & Smith 2007).
 
     The statistic is the top-label ECE with ``n_bins`` bins (``binning`` as in
-    :func:`~calnotes.metrics.ece`). **Null**: :math:`r_i \sim \mathrm{Bernoulli}(c_i)`
-    independently, the confidences fixed. ``n_boot`` sets of :math:`r^*` are drawn under
-    the null (``numpy.random.default_rng(seed)``), the ECE recomputed on the same bins,
-    and the p-value is :math:`(1 + \#\{\mathrm{ECE}^* \ge \mathrm{ECE}\})/(1 + n_{boot})`,
-    exact at any N. It accounts for the upward bias of the binned ECE that a comparison
-    with 0 ignores.
+    :func:`~calnotes.metrics.ece`; ``norm="max"``: the MCE). **Null**: :math:`r_i \sim
+    \mathrm{Bernoulli}(c_i)` independently, the confidences fixed. ``n_boot`` sets of
+    :math:`r^*` are drawn under the null (``numpy.random.default_rng(seed)``), the ECE
+    recomputed on the same bins, and the p-value is
+    :math:`(1 + \#\{\mathrm{ECE}^* \ge \mathrm{ECE}\})/(1 + n_{boot})`, exact at any N.
+    It accounts for the upward bias of the binned ECE that a comparison with 0 ignores.
     """
     n_bins, binning = _check_bins(n_bins, binning)
     n_boot = check_positive_int(n_boot, "n_boot")
     seed = check_positive_int(seed, "seed", minimum=0)
+    norm = check_choice(norm, "norm", ("l1", "max"))
     with torch.no_grad():
         conf_t, correct_t, _, _ = _top_label_checked(probs, labels)
         n_bins = resolve_n_bins(n_bins, conf_t.shape[0])
@@ -262,8 +263,11 @@ def consistency_test(
     r = correct_t.detach().cpu().double().numpy()
     n = c.size
     sum_c = np.bincount(idx, weights=c, minlength=n_bins)
+    counts = np.maximum(np.bincount(idx, minlength=n_bins), 1)  # empty bins add 0
 
     def ece_of(hits: np.ndarray) -> np.ndarray:
+        if norm == "max":
+            return (np.abs(hits - sum_c) / counts).max(-1)
         return np.abs(hits - sum_c).sum(-1) / n
 
     stat = float(ece_of(np.bincount(idx, weights=r, minlength=n_bins)))

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from calnotes._checks import (
     ArrayLike,
+    check_choice,
     check_labels,
     check_positive_float,
     check_positive_int,
@@ -24,6 +25,7 @@ from calnotes.metrics._common import (
     _uniform_edges,
     resolve_n_bins,
 )
+from calnotes.metrics.calibration_tests import consistency_test
 from calnotes.metrics.summary import _metric_function
 
 # --------------------------------------------------------------------------- bootstrap
@@ -126,6 +128,8 @@ def seed_interval(a: Any, b: Any = None, level: float = 0.95) -> SeedInterval:
                         level, float(dof))
 
 
+#: How :func:`bootstrap_interval` turns resampled values into an interval.
+INTERVAL_METHODS = ("percentile", "debiased")
 #: Metrics that :func:`bootstrap_interval` computes from resampled per-bin sums.
 _TOP_LABEL_BOOTSTRAP = ("ece", "mce", "error")
 #: Resamples per block of the per-bin sums (a block holds ``block x N`` counts).
@@ -177,6 +181,7 @@ def bootstrap_interval(
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
 ) -> BootstrapInterval:
     r"""Percentile bootstrap interval of a metric, or of a difference of two predictions'
     metrics on the same samples.
@@ -200,8 +205,20 @@ def bootstrap_interval(
     once per resample. The interval measures the noise of a finite test set only: the
     model and any calibrator stay fixed, so it says nothing about another training seed
     or validation split.
+
+    ``method="debiased"`` shifts the interval by the bootstrap estimate of the statistic's
+    bias, :math:`[q_{lo} - \hat b, q_{hi} - \hat b]` with :math:`\hat b = \overline{T^*} -
+    T`, widens it to contain the estimate :math:`T` if it does not, and clips it at 0 when the
+    statistic is non-negative on every resample. Binned calibration errors are biased
+    upward, and resampling adds the same bias again: a percentile interval of the ECE of a
+    well-calibrated model can lie wholly above its own estimate, a debiased one cannot.
+    For ``"ece"`` and ``"mce"`` without a baseline, ``low`` is 0 when
+    :func:`~calnotes.metrics.consistency_test` does not reject perfect calibration at
+    :math:`(1 - \text{level})/2`: near 0 the shifted interval still misses the truth (the
+    bias of a binned error is largest there), while the test holds its level.
     """
     f = _metric_function(metric, n_bins)
+    method = check_choice(method, "method", INTERVAL_METHODS)
     if not isinstance(relative, bool):
         raise TypeError(f"relative must be a bool, got {type(relative).__name__}")
     if relative and baseline is None:
@@ -249,8 +266,19 @@ def bootstrap_interval(
         diff = v[..., 0] - v[..., 1]
         return diff / v[..., 1] if relative else diff
 
-    low, high = np.quantile(statistic(values), [(1 - level) / 2, (1 + level) / 2])
-    return BootstrapInterval(float(statistic(estimates)), float(low), float(high), level,
+    resampled, estimate = statistic(values), float(statistic(estimates))
+    low, high = np.quantile(resampled, [(1 - level) / 2, (1 + level) / 2])
+    if method == "debiased":
+        bias = float(resampled.mean()) - estimate
+        low, high = min(low - bias, estimate), max(high - bias, estimate)
+        if (resampled >= 0).all() and estimate >= 0:
+            low = max(low, 0.0)
+        if baseline is None and isinstance(metric, str) and metric in ("ece", "mce"):
+            test = consistency_test(probs, labels, n_bins, n_boot=n_boot, seed=seed,
+                                    norm="l1" if metric == "ece" else "max")
+            if test.p_value > (1 - level) / 2:  # consistent with perfect calibration
+                low = 0.0
+    return BootstrapInterval(estimate, float(low), float(high), level,
                              n_boot)
 
 
@@ -264,6 +292,7 @@ def bootstrap(
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
     **metric_kwargs: Any,
 ) -> BootstrapInterval:
     r"""Percentile bootstrap interval of any metric over the test samples.
@@ -277,13 +306,14 @@ def bootstrap(
     ``n_boot`` resamples of N of the N samples drawn with replacement
     (``numpy.random.default_rng(seed)``); with ``baseline`` the statistic is the paired
     difference :math:`f(P) - f(Q)` (``relative=True``: :math:`(f(P) - f(Q)) / f(Q)`).
+    ``method`` (``"percentile"`` or ``"debiased"``) as in :func:`bootstrap_interval`.
     """
     fast = (isinstance(metric, str) and metric in _TOP_LABEL_BOOTSTRAP
             and set(metric_kwargs) <= {"n_bins"})
     if fast:
         return bootstrap_interval(metric, probs, labels, baseline, relative=relative,
                                   n_bins=metric_kwargs.get("n_bins", 15), n_boot=n_boot,
-                                  level=level, seed=seed)
+                                  level=level, seed=seed, method=method)
     f = _metric_function(metric, **metric_kwargs)
     return bootstrap_interval(f, probs, labels, baseline, relative=relative, n_boot=n_boot,
-                              level=level, seed=seed)
+                              level=level, seed=seed, method=method)
