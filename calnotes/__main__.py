@@ -7,6 +7,8 @@ is fitted on VAL and measured on TEST, each test metric with a bootstrap interva
 the TEST samples; the calibrator to use is chosen on VAL alone (cross-validated). The
 table is printed (``--json``: one JSON object instead) and the figures are written to
 ``--out``. Files of probabilities are refused as logits; pass them with ``--probs``.
+``--alpha A`` adds split conformal sets of TEST calibrated on VAL (LAC, APS, RAPS), their
+coverage and size, and writes the sets to ``OUT/conformal_sets.npz``.
 Only the toolkit is imported: no training code, no data sets.
 """
 
@@ -44,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: %(default)s)")
     rep.add_argument("--save-calibrator", metavar="PATH", default=None,
                      help="save the fitted --calibrator as JSON to PATH")
+    rep.add_argument("--alpha", type=float, default=None,
+                     help="also give split conformal sets (LAC, APS, RAPS) of the TEST "
+                          "samples at miscoverage ALPHA, calibrated on VAL; the sets are "
+                          "written to OUT/conformal_sets.npz")
     rep.add_argument("--calibrator", default="temperature",
                      help="which fitted calibrator --save-calibrator writes (default: "
                           "%(default)s)")
@@ -78,15 +84,28 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--calibrator {args.calibrator!r} was not fitted; fitted: "
                              f"{', '.join(rep.calibrators)}")
         written = [str(p) for p in rep.save_figures(args.out)]
+        conformal = None
+        if args.alpha is not None:
+            conformal, sets = report.conformal_report(val_logits, val_labels, test_logits,
+                                                      test_labels, alpha=args.alpha)
+            path = report.save_conformal_sets(sets, args.out)
+            written.append(str(path))
         if args.save_calibrator:
             path = rep.calibrators[args.calibrator].save(args.save_calibrator)
             written.append(str(path))
         if args.json:
             data = json.loads(rep.to_json())
             data["files"] = written
+            if conformal is not None:
+                data["conformal"] = {"alpha": args.alpha,
+                                     "scores": conformal.to_dict(orient="index")}
             print(json.dumps(data, indent=1))
         else:
             print(rep.summary())
+            if conformal is not None:
+                print(f"\nconformal sets at alpha = {args.alpha} (calibrated on VAL, measured "
+                      f"on TEST; band: 95% range of the coverage the guarantee allows)")
+                print(conformal.to_string(float_format=lambda x: f"{x:.4f}"))
             for name in written:
                 note = (f" ({args.calibrator}; load it with calnotes.calibrators.load)"
                         if args.save_calibrator and name == written[-1] else "")

@@ -279,3 +279,55 @@ def test_aps_convention_against_mapie():
 def test_bad_input_is_refused(call, err, word):
     with pytest.raises(err, match=word):
         call()
+
+
+# ------------------------------------------------- python -m calnotes report --alpha
+
+def _logit_files(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    out = {}
+    for name, n in (("val", 800), ("test", 600)):
+        z = 2.0 * torch.randn(n, 4, generator=g, dtype=torch.float64)
+        y = torch.multinomial(torch.softmax(z, dim=1), 1, generator=g)[:, 0]
+        np.savez(tmp_path / f"{name}.npz", logits=(3.0 * z).float().numpy(), labels=y.numpy())
+        out[name] = (tmp_path / f"{name}.npz", z, y)
+    return out
+
+
+def test_conformal_report_calibrates_on_val_and_measures_on_test(tmp_path):
+    from calnotes.report import conformal_report
+
+    f = _logit_files(tmp_path)
+    (_, zv, yv), (_, zt, yt) = f["val"], f["test"]
+    table, sets = conformal_report(3.0 * zv, yv, 3.0 * zt, yt, alpha=0.2)
+    assert list(table.index) == ["LAC", "APS", "RAPS"]
+    want = cf.prediction_sets(torch.softmax(3.0 * zv, 1), yv, torch.softmax(3.0 * zt, 1),
+                              0.2, "lac").numpy()
+    assert np.array_equal(sets["lac"], want)
+    assert table.loc["LAC", "coverage"] == cf.coverage(torch.from_numpy(want), yt)
+    assert table.loc["LAC", "band_low"] < 0.8 < table.loc["LAC", "band_high"]
+    with pytest.raises(ValueError, match="alpha"):
+        conformal_report(zv, yv, zt, yt, alpha=1.5)
+
+
+def test_cli_alpha_prints_the_sets_table_and_writes_the_sets(tmp_path, capsys):
+    import json
+
+    from calnotes.__main__ import main
+
+    f = _logit_files(tmp_path)
+    out = tmp_path / "out"
+    rc = main(["report", str(f["val"][0]), str(f["test"][0]), "--out", str(out),
+               "--alpha", "0.1", "--boot", "20", "--folds", "2"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "conformal sets at alpha = 0.1" in text and "RAPS" in text
+    with np.load(out / "conformal_sets.npz") as saved:
+        assert set(saved.files) == {"lac", "aps", "raps"}
+        assert saved["aps"].shape == (600, 4) and saved["aps"].dtype == bool
+    rc = main(["report", str(f["val"][0]), str(f["test"][0]), "--out", str(out),
+               "--alpha", "0.1", "--boot", "20", "--folds", "2", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and set(data["conformal"]["scores"]) == {"LAC", "APS", "RAPS"}
+    assert main(["report", str(f["val"][0]), str(f["test"][0]), "--out", str(out),
+                 "--alpha", "2"]) == 2
