@@ -98,3 +98,28 @@ def test_a_run_without_gamma_net_is_refused(tmp_path):
         run_test_gamma(plain, device="cpu")
     with pytest.raises(TypeError, match="StoredRun"):
         run_test_gamma(np.zeros(3))
+
+
+@pytest.mark.parametrize(("edit", "shown"), [
+    (lambda m: m.pop("max_logit_diff"), "None"),
+    (lambda m: m.update(max_logit_diff="big"), "'big'"),
+    (lambda m: m.update(max_logit_diff=float("nan")), "nan"),
+])
+def test_a_manifest_without_a_numeric_max_logit_diff_names_the_entry(stored, tmp_path, edit,
+                                                                      shown):
+    import json
+    import re
+
+    run, ckpt = stored
+    run_test_gamma(run, device="cpu", checkpoint_root=ckpt)
+    folder = tmp_path / "results" / run.path.name
+    shutil.copytree(run.path, folder)
+    path = folder / GAMMA_FOLDER / store.MANIFEST
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    copy = dataclasses.replace(run, path=folder)
+    with pytest.raises(store.CorruptRun, match=rf"{re.escape(str(folder / GAMMA_FOLDER))}: "
+                                               rf"its manifest's max_logit_diff must be a "
+                                               rf"finite number >= 0, got {shown}"):
+        run_test_gamma(copy, device="cpu", checkpoint_root=ckpt)

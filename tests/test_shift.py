@@ -127,3 +127,20 @@ def test_same_bytes_on_another_cpu_kernel_family():
     other = subprocess.run([sys.executable, "-c", _DIGEST], capture_output=True, text=True,
                            check=True, env=env).stdout
     assert here.strip() and here == other
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 0, 5), (2, 0, 5, 5), (2, 1, 5, 0), (2, 5, 5)])
+def test_images_without_height_width_or_channel_are_refused(shape):
+    images = np.zeros(shape, dtype=np.uint8)
+    for name, level in (("rotate", 15), ("roll", 2), ("gaussian_noise", 1)):
+        with pytest.raises(ValueError, match=r"images must be non-empty \(N, C, H, W\)"):
+            shift_images(images, name, level)
+
+
+def test_shifted_sets_names_levels_that_are_not_numbers():
+    images = np.zeros((1, 1, 4, 4), dtype=np.uint8)
+    with pytest.raises(TypeError, match=r"levels must hold numbers, got None in \[None\]"):
+        shift.shifted_sets(images, "rotate", [None])
+    with pytest.raises(TypeError, match="levels must hold numbers, got '15'"):
+        shift.shifted_sets(images, "rotate", [0, "15"])
+    assert list(shift.shifted_sets(images, "rotate", [0, 15.0])) == ["rotate:0", "rotate:15"]

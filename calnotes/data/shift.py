@@ -73,8 +73,9 @@ def _check_images(images: Any, name: str = "images") -> np.ndarray:
     array = images.detach().cpu().numpy() if isinstance(images, torch.Tensor) else images
     if array.dtype != np.uint8:
         raise TypeError(f"{name} must have dtype uint8, got {array.dtype}")
-    if array.ndim != 4 or array.shape[0] == 0:
-        raise ValueError(f"{name} must be non-empty (N, C, H, W), got shape {array.shape}")
+    if array.ndim != 4 or 0 in array.shape:
+        raise ValueError(f"{name} must be non-empty (N, C, H, W) with N, C, H, W >= 1, got "
+                         f"shape {array.shape}")
     return array
 
 
@@ -190,4 +191,8 @@ def shifted_sets(images: Any, shift: str, levels: Sequence[int | float],
     """``{"<shift>:<level>": shift_images(images, shift, level, seed)}`` for each level."""
     if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or not levels:
         raise ValueError(f"levels must be a non-empty sequence, got {levels!r}")
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, (int, float, np.integer,
+                                                             np.floating)):
+            raise TypeError(f"levels must hold numbers, got {level!r} in {list(levels)!r}")
     return {f"{shift}:{level:g}": shift_images(images, shift, level, seed) for level in levels}

@@ -16,6 +16,7 @@ and the largest difference.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,13 @@ def _read(run: Any) -> TestGamma | None:
             or not isinstance(manifest.get("reproduces"), bool)):
         raise store.CorruptRun(f"{folder / GAMMA_FILE} holds no float32 gamma {shape[:1]} and "
                                f"logits {shape} with their manifest; {remedy}")
+    diff = manifest.get("max_logit_diff")
+    if (isinstance(diff, bool) or not isinstance(diff, (int, float)) or not math.isfinite(diff)
+            or diff < 0):
+        raise store.CorruptRun(f"{folder}: its manifest's max_logit_diff must be a finite "
+                               f"number >= 0, got {diff!r}; {remedy}")
     return TestGamma(torch.from_numpy(gamma), torch.from_numpy(logits),
-                     manifest["reproduces"], float(manifest["max_logit_diff"]))
+                     manifest["reproduces"], float(diff))
 
 
 def run_test_gamma(
