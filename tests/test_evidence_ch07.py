@@ -78,3 +78,11 @@ def test_measure_and_tables():
 def test_bad_options_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         ch07.conformal(fake_run(), splits=1, **kwargs)
+
+
+def test_raps_k_reg_from_the_rank_matrix_is_the_library_rule():
+    run = fake_run(seed=4)
+    p = torch.softmax(run.test_logits.double(), 1)
+    ranks = ch07._ranks(p).gather(1, run.test_labels[:, None]).squeeze(1)
+    torch.testing.assert_close(ranks.long(), cf.true_label_rank(p, run.test_labels))
+    assert min(5, cf.conformal_quantile(ranks, 0.1)) == cf.raps_k_reg(p, run.test_labels, 0.1)

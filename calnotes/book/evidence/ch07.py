@@ -99,7 +99,10 @@ def conformal_splits(run: StoredRun, *, score: str = "lac", alpha: float = 0.1,
         cal, ev = perm[: n // 2], perm[n // 2:]
         sc, se = s_cal[cal], s_ev[ev]
         if score == "raps":
-            k = cf.raps_k_reg(cal_p[cal], labels[cal], alpha)
+            # raps_k_reg's rule on the ranks computed once: the conformal quantile of the
+            # true labels' ranks in the calibration half
+            k = min(c, cf.conformal_quantile(r_cal[cal].gather(1, labels[cal][:, None])
+                                             .squeeze(1), alpha))
             sc = sc + lam * (r_cal[cal] - k).clamp(min=0)
             se = se + lam * (r_ev[ev] - k).clamp(min=0)
         true = sc.gather(1, labels[cal][:, None]).squeeze(1)
