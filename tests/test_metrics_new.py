@@ -263,3 +263,14 @@ def test_smece_at_its_bandwidth_limits_is_computed():
     # at a bandwidth far below the spacing of 50 samples nothing is smoothed: mean |r|
     assert narrow == pytest.approx(float(np.mean(np.abs(np.asarray(conf)
                                                         - np.asarray(correct)))), rel=1e-3)
+
+
+def test_bootstrap_refuses_resamples_beyond_memory():
+    p, y = make_data(0, 1000, 3)
+    with pytest.raises(ValueError, match=r"n_boot=1000000 resamples of N=1000 samples draw "
+                                         r"1e\+09 indices \(about 8 GB\); the limit is "
+                                         r"n_boot \* N <= 2\.5e\+08"):
+        M.bootstrap("ece", p, y, n_boot=10**6)
+    with pytest.raises(ValueError, match=r"n_boot must be at most 1000000 \(the limit\), "
+                                         r"got 1000000000"):
+        M.bootstrap("error", p[:10], y[:10], n_boot=10**9)

@@ -170,6 +170,22 @@ def _resampled_top_label(metric: str, probs: Any, labels: Any, n_bins: int,
     return torch.cat(out).numpy()
 
 
+#: Most resamples a bootstrap draws, and most resampled indices ``n_boot * N`` (int64: 2 GB).
+MAX_BOOT = 1_000_000
+MAX_BOOT_DRAWS = 250_000_000
+
+
+def _check_draws(n_boot: int, n: int) -> None:
+    """Refuse a bootstrap whose resampled indices would not fit the limits above."""
+    if n_boot > MAX_BOOT:
+        raise ValueError(f"n_boot must be at most {MAX_BOOT} (the limit), got {n_boot}")
+    if n_boot * n > MAX_BOOT_DRAWS:
+        raise ValueError(
+            f"n_boot={n_boot} resamples of N={n} samples draw {n_boot * n:.3g} indices "
+            f"(about {8 * n_boot * n / 1e9:.3g} GB); the limit is n_boot * N <= "
+            f"{MAX_BOOT_DRAWS:.3g}: use fewer resamples")
+
+
 def bootstrap_interval(
     metric: str | Any,
     probs: ArrayLike,
@@ -245,6 +261,7 @@ def bootstrap_interval(
         return x[index]
 
     n = p.shape[0]
+    _check_draws(n_boot, n)
     rng = np.random.default_rng(seed)
     draws = np.stack([rng.integers(0, n, n) for _ in range(n_boot)])
     with torch.no_grad():
