@@ -1,0 +1,122 @@
+"""calnotes.runs.confirm: a claim's per-seed values as the evaluator computes them, the
+power-chosen seeds of a confirmatory replication, shared arms, and the runs to train."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calnotes import stats as st
+from calnotes.runs import claims as cl
+from calnotes.runs import confirm
+from calnotes.runs.store import RunStore, config_hash
+from tests.test_store import fake_result
+
+ECE = {"ce": [0.060, 0.080, 0.050, 0.070], "focal": [0.050, 0.069, 0.041, 0.060]}
+
+CLAIMS = """chapter: XX
+arms:
+  CE: {label: chXX, where: {loss: ce}}
+  Focal: {label: chXX, where: {loss: focal}}
+claims:
+  - id: focal-lowers-ece
+    claim: Focal loss lowers the ECE.
+    work: guo2017calibration
+    where: Table 1
+    test: {a: Focal, b: CE, statistic: test_ece, scale: 100, unit: points, direction: below}
+  - id: ce-above
+    claim: CE's ECE is above 4%.
+    work: guo2017calibration
+    where: Section 3
+    test: {a: CE, statistic: test_ece, scale: 100, unit: points, direction: above, null: 4}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _trained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake runs' logits are random: every run counts as trained here."""
+    if hasattr(cl, "did_not_train"):
+        monkeypatch.setattr(cl, "did_not_train", lambda logits, labels: None)
+
+
+@pytest.fixture()
+def spec_store(tmp_path: Path) -> tuple[dict, RunStore]:
+    store = RunStore(tmp_path / "results")
+    for loss, values in ECE.items():
+        for seed, value in enumerate(values):
+            result = fake_result({"loss": loss, "seed": seed}, seed=seed, ece=value)
+            store.save(result, label="chXX")
+    path = tmp_path / "XX.yaml"
+    path.write_text(CLAIMS, encoding="utf-8")
+    return cl.load_claims(path), store
+
+
+def test_claim_seed_values_are_the_paired_differences_in_shown_units(spec_store) -> None:
+    spec, store = spec_store
+    values = confirm.claim_seed_values(spec, "focal-lowers-ece", store)
+    pairs = zip(ECE["focal"], ECE["ce"], strict=True)
+    expected = {s: 100 * (f - c) for s, (f, c) in enumerate(pairs)}
+    assert sorted(values) == [0, 1, 2, 3]
+    for s, v in expected.items():
+        assert values[s] == pytest.approx(v, abs=1e-9)
+    # one arm: the values themselves
+    one = confirm.claim_seed_values(spec, "ce-above", store)
+    assert [one[s] for s in range(4)] == pytest.approx([100 * x for x in ECE["ce"]])
+
+
+def test_arm_seed_cost_reads_provenance(spec_store) -> None:
+    spec, store = spec_store
+    assert confirm.arm_seed_cost(spec, "CE", store) == pytest.approx(123.4)
+
+
+def test_plan_claim_takes_the_smallest_powered_n_within_floor_and_cap() -> None:
+    values = [-1.0, -0.9, -1.2, -0.8, -1.1]
+    sd = float(np.std(values, ddof=1))
+    alpha = 0.05 / 20
+    plan = confirm.plan_claim(values, 0.5, alpha, cap=100)
+    assert plan.needed == st.seeds_for_power(0.5, sd, alpha).n
+    assert st.power_t(0.5, sd, plan.needed, alpha) >= 0.8
+    assert st.power_t(0.5, sd, plan.needed - 1, alpha) < 0.8
+    assert plan.planned == max(plan.needed, 4)
+    capped = confirm.plan_claim(values, 0.05, alpha, cap=6)
+    assert capped.planned == 6 and capped.needed > 6
+    assert capped.power_planned == pytest.approx(st.power_t(0.05, sd, 6, alpha))
+    assert capped.power_planned < 0.8
+
+
+@pytest.mark.parametrize("bad", [dict(sesoi=0.0), dict(sesoi=math.nan), dict(cap=1),
+                                 dict(values=[1.0]), dict(values=[2.0, 2.0])])
+def test_plan_claim_refuses_bad_input(bad: dict) -> None:
+    args = dict(values=[1.0, 2.0, 3.0], sesoi=1.0, alpha=0.01, cap=10) | bad
+    with pytest.raises(ValueError, match="sesoi|cap|values"):
+        confirm.plan_claim(**args)
+
+
+def test_shared_arms_get_the_largest_need_and_claims_their_common_seeds() -> None:
+    needs = {"x": 10, "y": 8, "z": 5, "study": 120}
+    arms_of = {"x": ["CE", "SECE"], "y": ["SECE", "Focal"], "z": ["CE"]}
+    claims, arms = confirm.shared_seeds(needs, arms_of)
+    assert arms == {"CE": 10, "SECE": 10, "Focal": 8}
+    assert claims == {"x": 10, "y": 8, "z": 10, "study": 120}
+    assert all(claims[c] >= needs[c] for c in needs)
+
+
+def test_confirmatory_configs_change_only_the_seed(spec_store) -> None:
+    spec, store = spec_store
+    runs = confirm.confirmatory_configs(spec, "focal-lowers-ece", [1000, 1001], store)
+    assert len(runs) == 4 and {label for label, _ in runs} == {"chXX"}
+    template = cl.arm_runs(spec, "Focal", store)[0].config
+    focal = [c for _, c in runs if c["loss"] == "focal"]
+    assert [c["seed"] for c in focal] == [1000, 1001]
+    assert {k: v for k, v in focal[0].items() if k != "seed"} == \
+        {k: v for k, v in template.items() if k != "seed"}
+    assert len({config_hash(c) for _, c in runs}) == 4
+
+
+def test_a_claim_without_seed_spread_is_refused(spec_store) -> None:
+    spec, store = spec_store
+    with pytest.raises(ValueError, match="no claim"):
+        confirm.claim_seed_values(spec, "nothing-here", store)
