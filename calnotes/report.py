@@ -12,10 +12,13 @@
 
 Every calibrator is fitted on the validation split and measured on the test split
 (:func:`calnotes.evaluation.compare_calibrators`); the test split is never used to fit or
-to choose anything. Every test metric comes with a percentile bootstrap interval over the
-test samples. The calibrator the report recommends is chosen on the validation split
-alone, by K-fold cross-validation there (:func:`cross_validate`), and only if it beats the
-uncalibrated model beyond its paired bootstrap interval; otherwise it recommends none.
+to choose anything. Every test metric comes with a bootstrap interval over the test
+samples (percentile; for ECE, MCE and the score decomposition the debiased one, which never
+excludes its own estimate), beside the tests of calibration with their p-values and the
+CORP decomposition of the top-label Brier score. The calibrator the report recommends is chosen on
+the validation split alone, by K-fold cross-validation there (:func:`cross_validate`), and
+only if it beats the uncalibrated model beyond its paired bootstrap interval; otherwise it
+recommends none.
 The same report from a shell: ``python -m calnotes report VAL TEST`` (``--json`` for
 scripts).
 
@@ -36,7 +39,7 @@ import json
 import math
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,7 @@ __all__ = [
     "Report",
     "conformal_report",
     "save_conformal_sets",
+    "calibration_tests",
     "cross_validate",
     "default_methods",
     "load_logits",
@@ -270,7 +274,8 @@ class Report:
     a :class:`~calnotes.metrics.BootstrapInterval` per method (rows) and column of
     :data:`REPORT_COLUMNS`, over ``n_boot`` resamples of the test samples. ``validation`` is
     :func:`cross_validate`'s table on the validation split and ``recommended`` the method
-    it recommends, or ``None``.
+    it recommends, or ``None``. ``tests`` and ``decomposition`` are the two tables of
+    :func:`calibration_tests` on the test split.
     """
 
     comparison: CalibrationComparison
@@ -283,6 +288,8 @@ class Report:
     recommended: str | None
     n_folds: int = 5
     n_boot: int = 200
+    tests: pd.DataFrame | None = field(default=None, repr=False)
+    decomposition: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -324,6 +331,16 @@ class Report:
             f"uncalibrated: average confidence minus accuracy = {gap.estimate:+.2f} points "
             f"[{gap.low:+.2f}, {gap.high:+.2f}] ({_direction(self.gap)})",
         ]
+        if self.tests is not None:
+            lines += ["", "tests of top-label calibration on test (null: each prediction is "
+                      "right with probability its confidence; p-values):",
+                      self.tests.rename(index=lambda m: LABELS.get(m, m)).to_string(
+                          float_format=lambda x: f"{x:.3g}")]
+        if self.decomposition is not None:
+            lines += ["", "Brier score = miscalibration - discrimination + uncertainty "
+                      "(CORP, top-label; [95% debiased bootstrap interval]):",
+                      self.decomposition.map(lambda iv: f"{iv:.4f}").rename(
+                          index=lambda m: LABELS.get(m, m)).to_string()]
         ts = self.calibrators.get("temperature")
         if isinstance(ts, TemperatureScaling):
             lines.append(f"temperature scaling: T = {ts.temperature_:.3f} (T > 1 softens, "
@@ -370,6 +387,13 @@ class Report:
                             for m, row in self.validation.iterrows()},
             },
             "recommended": self.recommended,
+            "tests": (None if self.tests is None else
+                      {m: {k: float(x) for k, x in row.items()}
+                       for m, row in self.tests.iterrows()}),
+            "decomposition": (None if self.decomposition is None else
+                              {m: {c: iv(self.decomposition.loc[m, c])
+                                   for c in self.decomposition.columns}
+                               for m in self.decomposition.index}),
         }
 
     def to_json(self) -> str:
@@ -552,7 +576,7 @@ def make_report(
         "error": "error", "nll": "nll", "brier": "brier", "ece": "ece", "mce": "mce",
         "aurc": "aurc", "risk@90": _risk90,
     }
-    binned: dict[str, Any] = {"n_bins": n_bins}
+    binned: dict[str, Any] = {"n_bins": n_bins, "method": "debiased"}
     intervals = pd.DataFrame(
         [[metrics.bootstrap(f, p, test_labels, n_boot=n_boot, seed=seed,
                             **(binned if c in ("ece", "mce") else {}))
@@ -563,10 +587,51 @@ def make_report(
     validation, recommended = cross_validate(val_logits, val_labels, list(comparison.calibrators),
                                              n_folds=n_folds, n_bins=n_bins, n_boot=n_boot,
                                              seed=seed)
+    tests, decomposition = calibration_tests(comparison.probs, test_labels, n_bins=n_bins,
+                                             n_boot=n_boot, seed=seed)
     return Report(comparison=comparison, n_val=int(zv.shape[0]), n_test=len(test_logits),
                   n_classes=int(zv.shape[1]), intervals=intervals, gap=gap,
                   validation=validation, recommended=recommended, n_folds=n_folds,
-                  n_boot=n_boot)
+                  n_boot=n_boot, tests=tests, decomposition=decomposition)
+
+
+def calibration_tests(
+    probs: Mapping[str, ArrayLike], labels: ArrayLike, *, n_bins: int | str = 15,
+    n_boot: int = 200, seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tests of top-label calibration and the CORP decomposition of each method's test
+    predictions (one row per name of ``probs``).
+
+    The tests' table holds Spiegelhalter's z and its p-value, the top-label SKCE and the
+    p-value of its asymptotic test, and the p-value of the binned consistency test of the
+    ECE (``n_bins`` bins, ``n_boot`` resamples); their common null is that each prediction
+    is right with probability its confidence. The decomposition's table holds
+    :class:`~calnotes.metrics.BootstrapInterval` s (debiased, ``n_boot`` resamples) of the
+    top-label Brier score :math:`\\frac1N\\sum_i (c_i - r_i)^2` and its miscalibration,
+    discrimination and uncertainty. CORP's miscalibration is measured on the samples its
+    isotonic fit was fitted to, so it leans upward (more the more steps the fit has); its
+    interval is the noise of the test samples around that, not around 0.
+    """
+    test_rows, parts = {}, {}
+    for name, p in probs.items():
+        z = metrics.spiegelhalter_test(p, labels)
+        k = metrics.skce_test(p, labels, mode="top-label", n_boot=n_boot, seed=seed)
+        c = metrics.consistency_test(p, labels, n_bins, n_boot=n_boot, seed=seed)
+        test_rows[name] = {"spiegelhalter_z": z.statistic, "spiegelhalter_p": z.p_value,
+                           "skce": k.statistic, "skce_p": k.p_value, "consistency_p": c.p_value}
+        q, y = _numpy(p), _numpy(labels)
+        rng = np.random.default_rng(seed)
+        draws = [metrics.score_decomposition(q[i], y[i], "brier")
+                 for i in (rng.integers(0, len(y), len(y)) for _ in range(n_boot))]
+        whole = metrics.score_decomposition(q, y, "brier")
+        parts[name] = {part: metrics.interval_from_resamples(
+            getattr(whole, part), [getattr(d, part) for d in draws], method="debiased")
+            for part in ("score", "miscalibration", "discrimination", "uncertainty")}
+    tests = pd.DataFrame.from_dict(test_rows, orient="index")
+    tests.index.name = "method"
+    decomposition = pd.DataFrame.from_dict(parts, orient="index")
+    decomposition.index.name = "method"
+    return tests, decomposition
 
 
 def conformal_report(val_logits: ArrayLike, val_labels: ArrayLike, test_logits: ArrayLike,

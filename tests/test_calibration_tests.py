@@ -154,3 +154,21 @@ def test_debiased_interval_contains_its_estimate_where_the_percentile_one_does_n
     assert zero_misses <= 5
     with pytest.raises(ValueError, match="method"):
         metrics.bootstrap("ece", probs, labels, method="bca")
+
+
+def test_report_tables_of_tests_and_decomposition():
+    from calnotes import report
+
+    calibrated = _calibrated(400, 3, seed=6)
+    overconfident = _calibrated(400, 3, seed=6, sharpen=3.0)
+    tests, parts = report.calibration_tests({"a": calibrated[0], "b": overconfident[0]},
+                                            calibrated[1], n_boot=100)
+    assert list(tests.index) == ["a", "b"]
+    assert tests.loc["b", "consistency_p"] < 0.05 < tests.loc["a", "consistency_p"]
+    assert tests.loc["b", "spiegelhalter_p"] < 0.05
+    for name in ("a", "b"):
+        row = parts.loc[name]
+        assert row["score"].estimate == pytest.approx(
+            row["miscalibration"].estimate - row["discrimination"].estimate
+            + row["uncertainty"].estimate, rel=1e-12)
+        assert all(iv.contains(iv.estimate) for iv in row)

@@ -82,6 +82,7 @@ from calnotes.metrics.intervals import (
     SeedInterval,
     bootstrap,
     bootstrap_interval,
+    interval_from_resamples,
     seed_interval,
 )
 from calnotes.metrics.scores import brier, error, nll, one_vs_rest_errors
@@ -156,6 +157,7 @@ __all__ = [
     "smece",
     "smece_bandwidth",
     "seed_interval",
+    "interval_from_resamples",
     "CalibrationScorer",
     "sklearn_scorer",
     "StreamingBrier",

@@ -42,7 +42,7 @@ SKCE_TESTS = ("asymptotic", "bootstrap")
 #: The kernel matrix is computed in blocks of rows of about this many differences.
 _BLOCK_ELEMENTS = 1 << 22
 #: The asymptotic SKCE test estimates the null's eigenvalues on at most this many samples.
-SKCE_SPECTRUM_MAX_N = 2000
+SKCE_SPECTRUM_MAX_N = 1000
 
 
 @dataclass(frozen=True)

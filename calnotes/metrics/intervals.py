@@ -170,6 +170,37 @@ def _resampled_top_label(metric: str, probs: Any, labels: Any, n_bins: int,
     return torch.cat(out).numpy()
 
 
+def _from_resamples(estimate: float, resampled: np.ndarray, level: float,
+                    method: str) -> tuple[float, float]:
+    """``(low, high)`` of :func:`bootstrap_interval` from the statistic on the data and on
+    the resamples (without the consistency test of ECE and MCE)."""
+    low, high = np.quantile(resampled, [(1 - level) / 2, (1 + level) / 2])
+    if method == "debiased":
+        bias = float(resampled.mean()) - estimate
+        low, high = min(low - bias, estimate), max(high - bias, estimate)
+        if (resampled >= 0).all() and estimate >= 0:
+            low = max(low, 0.0)
+    return float(low), float(high)
+
+
+def interval_from_resamples(estimate: float, resampled: Any, level: float = 0.95,
+                            method: str = "percentile", n_boot: int | None = None
+                            ) -> BootstrapInterval:
+    """A :class:`BootstrapInterval` of ``estimate`` from its values on resamples that the
+    caller drew (several statistics of one set of resamples), by ``method`` as in
+    :func:`bootstrap_interval`."""
+    method = check_choice(method, "method", INTERVAL_METHODS)
+    level = check_positive_float(level, "level")
+    if level >= 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    values = np.asarray(resampled, dtype=np.float64).ravel()
+    if values.size < 2 or not np.isfinite(values).all():
+        raise ValueError(f"resampled must hold at least 2 finite values, got {values.size}")
+    low, high = _from_resamples(float(estimate), values, level, method)
+    return BootstrapInterval(float(estimate), low, high, level,
+                             values.size if n_boot is None else n_boot)
+
+
 #: Most resamples a bootstrap draws, and most resampled indices ``n_boot * N`` (int64: 2 GB).
 MAX_BOOT = 1_000_000
 MAX_BOOT_DRAWS = 250_000_000
@@ -284,12 +315,8 @@ def bootstrap_interval(
         return diff / v[..., 1] if relative else diff
 
     resampled, estimate = statistic(values), float(statistic(estimates))
-    low, high = np.quantile(resampled, [(1 - level) / 2, (1 + level) / 2])
+    low, high = _from_resamples(estimate, resampled, level, method)
     if method == "debiased":
-        bias = float(resampled.mean()) - estimate
-        low, high = min(low - bias, estimate), max(high - bias, estimate)
-        if (resampled >= 0).all() and estimate >= 0:
-            low = max(low, 0.0)
         if baseline is None and isinstance(metric, str) and metric in ("ece", "mce"):
             test = consistency_test(probs, labels, n_bins, n_boot=n_boot, seed=seed,
                                     norm="l1" if metric == "ece" else "max")
