@@ -309,3 +309,15 @@ def test_a_deeply_nested_json_names_the_file(tmp_path):
     path.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(ValueError, match=r"deep\.json: JSON nested too deeply"):
         C.load(path)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_beta_map_never_decreases_even_when_both_refits_turn_negative(seed):
+    # 40 scores in [0.9, 1] with coin-flip labels: seed 0 gives a negative b, then a
+    # negative a in the refit without b (a decreasing map before the second refit)
+    rng = np.random.default_rng(seed)
+    s, t = rng.uniform(0.9, 1.0, 40), rng.integers(0, 2, 40)
+    cal = C.BetaCalibration().fit_scores(s, t)
+    q = cal.predict_scores(np.linspace(0.0, 1.0, 201))
+    assert np.all(np.diff(q) >= 0)
+    assert np.all(cal.cores_[0][:2] >= 0)

@@ -30,7 +30,8 @@ class BetaCalibration(_BinaryCoreCalibrator):
     the log-odds (:math:`a = b`), and unlike the logistic map it can bend into an inverse
     sigmoid. Fitted by logistic regression of the targets on :math:`(\ln p, -\ln(1-p))`
     (Newton's method, float64); if a fitted :math:`a` (or :math:`b`) is negative, the map is
-    refitted without that term, as betacal does, so it stays monotone.
+    refitted without that term, as betacal does, and if the remaining slope of the refit is
+    negative too, without it (a constant map), so the map never decreases.
 
     For two classes it maps :math:`p = \operatorname{softmax}(z)_1`; for more it is applied
     one-vs-all and renormalized (see :class:`HistogramBinning`). ``fit_scores`` /
@@ -44,13 +45,15 @@ class BetaCalibration(_BinaryCoreCalibrator):
 
     def _fit_core(self, s: np.ndarray, t: np.ndarray) -> np.ndarray:
         x = _beta_features(s)
-        w = _logistic_fit(x, t)
-        if w[0] < 0:
-            w1 = _logistic_fit(x[:, 1:], t)
-            w = np.array([0.0, w1[0], w1[1]])
-        elif w[1] < 0:
-            w1 = _logistic_fit(x[:, :1], t)
-            w = np.array([w1[0], 0.0, w1[1]])
+        keep = [0, 1]
+        while True:  # drop the first negative slope and refit, until none is negative
+            fit = _logistic_fit(x[:, keep], t)
+            negative = [j for j, v in zip(keep, fit[:-1], strict=True) if v < 0]
+            if not negative:
+                break
+            keep.remove(negative[0])
+        w = np.zeros(3)
+        w[keep], w[2] = fit[:-1], fit[-1]
         return w
 
     def _predict_core(self, core: np.ndarray, s: np.ndarray) -> np.ndarray:
