@@ -1,0 +1,177 @@
+"""The confirmatory round beside its exploratory twins: one row per confirmatory claim.
+
+A confirmatory claim replicates its twin on fresh seeds declared before its runs (see
+``book/claims/confirmatory_plan.csv`` and :mod:`calnotes.runs.confirm`). Each verdict is
+read on the side the work claims:
+
+- *supported*: ``reproduces``, ``reproduces, larger than reported``, ``direction
+  reproduces; reported size ruled out`` (the interval lies on the claimed side);
+- *contradicted*: ``does not reproduce`` (it lies wholly on the other side);
+- *open*: anything else (the interval contains the null).
+
+and the pair is *replicated* (supported twice), *confirmed a failure* (contradicted twice),
+*newly decided* (open, then decided), *not replicated* (decided, then open), *reversed*
+(decided both times, on opposite sides) or *both open*. A confirmatory claim with fewer
+stored seeds than planned is *under way*: its verdict is not read.
+
+The winner's curse, measured: among twins supported in the exploratory round, the ratio
+``confirmatory estimate / exploratory estimate`` (below 1: the effect shrank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+
+from calnotes import stats as st
+
+__all__ = ["AGREEMENTS", "PLAN_PATH", "agreement", "held_up", "read_plan",
+           "replication_table", "round_cost", "side", "winners_curse"]
+
+PLAN_PATH = Path(__file__).resolve().parents[2] / "book" / "claims" / "confirmatory_plan.csv"
+SUPPORTED = (st.REPRODUCES, st.LARGER, st.SIZE_RULED_OUT_DIRECTION)
+AGREEMENTS = ("replicated", "confirmed a failure", "newly decided", "not replicated",
+              "reversed", "both open", "under way")
+
+
+def side(verdict: str) -> str:
+    """``supported``, ``contradicted`` or ``open``: which side of the null a verdict's
+    interval lies on (notes after the verdict, such as a premise's, are ignored)."""
+    if not isinstance(verdict, str):
+        raise TypeError(f"verdict must be a string, got {type(verdict).__name__}")
+    base = verdict.split(" (")[0].strip()
+    if base in SUPPORTED:
+        return "supported"
+    if base == st.FAILS:
+        return "contradicted"
+    return "open"
+
+
+def agreement(exploratory: str, confirmatory: str) -> str:
+    """The pair's category (module docstring) from the two verdicts."""
+    a, b = side(exploratory), side(confirmatory)
+    if a == b:
+        return {"supported": "replicated", "contradicted": "confirmed a failure",
+                "open": "both open"}[a]
+    if a == "open":
+        return "newly decided"
+    if b == "open":
+        return "not replicated"
+    return "reversed"
+
+
+def read_plan(path: str | Path = PLAN_PATH) -> pd.DataFrame:
+    """The declared plan: one row per confirmatory claim (``claim``, ``twin``, ``sesoi``,
+    ``sd``, ``alpha``, ``needed``, ``planned``, ``power_planned``, ``why``, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no confirmatory plan at {path}")
+    plan = pd.read_csv(path)
+    missing = {"claim", "twin", "sesoi", "alpha", "planned", "power_planned"} - set(plan)
+    if missing:
+        raise ValueError(f"{path}: the plan lacks the column(s) {sorted(missing)}")
+    return plan
+
+
+def _power_achieved(row: Mapping[str, Any], sesoi: float, alpha: float) -> float:
+    """Post hoc power at the SESOI of the achieved t design: the SD read back from the
+    interval's half-width (``se = half / t_{0.975, n-1}``, ``sd = se √n``)."""
+    n = int(row["n"]) if not pd.isna(row["n"]) else 0
+    if n < 2 or not all(math.isfinite(float(row[k])) for k in ("low", "high")):
+        return math.nan
+    half = (float(row["high"]) - float(row["low"])) / 2
+    se = half / float(_st.t.ppf(0.975, n - 1))
+    if not se > 0:
+        return math.nan
+    return st.power_t(sesoi, se * math.sqrt(n), n, alpha)
+
+
+def replication_table(book: pd.DataFrame, plan: pd.DataFrame) -> pd.DataFrame:
+    """One row per planned confirmatory claim: the declaration's SESOI, planned and achieved
+    seeds, power, both rounds' estimates, intervals and verdicts (their multiplicity-adjusted
+    verdicts where ``book`` has ``verdict_adjusted``), their agreement and the ratio of the
+    estimates. ``book``: :func:`calnotes.book.claims.book_claims_table`."""
+    need = {"id", "estimate", "low", "high", "n", "verdict"}
+    if not isinstance(book, pd.DataFrame) or need - set(book):
+        raise ValueError(f"book must be the book's claims table with columns {sorted(need)}")
+    by_id = book.set_index("id")
+    rows = []
+    for p in plan.to_dict("records"):
+        cid, twin = str(p["claim"]), str(p["twin"])
+        if cid not in by_id.index or twin not in by_id.index:
+            raise ValueError(f"the plan's claim {cid!r} or its twin {twin!r} is not in the "
+                             f"claims files")
+        c, t = by_id.loc[cid], by_id.loc[twin]
+        verdict_of = (lambda r: str(r.get("verdict_adjusted", r["verdict"])))  # noqa: E731
+        achieved = 0 if pd.isna(c["n"]) else int(c["n"])
+        planned = int(p["planned"])
+        done = achieved >= planned
+        conf_verdict = verdict_of(c) if done else f"under way ({achieved} of {planned})"
+        ratio = (float(c["estimate"]) / float(t["estimate"])
+                 if done and float(t["estimate"]) != 0 else math.nan)
+        rows.append({
+            "chapter": c.get("chapter", ""), "claim": cid, "twin": twin,
+            "work": c.get("work", ""), "sesoi": float(p["sesoi"]), "planned": planned,
+            "achieved": achieved, "power_planned": float(p["power_planned"]),
+            "power_achieved": (_power_achieved(c, float(p["sesoi"]), float(p["alpha"]))
+                               if done else math.nan),
+            "exploratory": float(t["estimate"]), "exploratory_low": float(t["low"]),
+            "exploratory_high": float(t["high"]), "exploratory_verdict": verdict_of(t),
+            "confirmatory": float(c["estimate"]) if done else math.nan,
+            "confirmatory_low": float(c["low"]) if done else math.nan,
+            "confirmatory_high": float(c["high"]) if done else math.nan,
+            "confirmatory_verdict": conf_verdict, "declared": c.get("declared", ""),
+            "agreement": agreement(verdict_of(t), conf_verdict) if done else "under way",
+            "ratio": ratio,
+        })
+    return pd.DataFrame(rows)
+
+
+def winners_curse(table: pd.DataFrame) -> dict[str, float]:
+    """Among finished pairs whose twin was supported: how many, the median ratio of the
+    confirmatory to the exploratory estimate, and the share that shrank (ratio < 1)."""
+    done = table[(table["agreement"] != "under way")
+                 & (table["exploratory_verdict"].map(side) == "supported")]
+    ratios = done["ratio"].to_numpy(dtype=np.float64)
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return {"pairs": 0, "median_ratio": math.nan, "shrank": math.nan}
+    return {"pairs": int(ratios.size), "median_ratio": float(np.median(ratios)),
+            "shrank": float(np.mean(ratios < 1))}
+
+
+def held_up(table: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
+    """Per work, the twins (exploratory claim ids) by agreement, for the plain-words summary:
+    ``{work: {agreement: [twin, ...]}}``."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for row in table.to_dict("records"):
+        out.setdefault(str(row["work"]), {}).setdefault(str(row["agreement"]), []).append(
+            str(row["twin"]))
+    return out
+
+
+def round_cost(specs: Mapping[str, Mapping[str, Any]], store: Any = None) -> pd.DataFrame:
+    """Training cost of the round's stored runs, from their provenance: per chapter, the
+    number of distinct runs in its confirmatory arms (``c-`` arms) and their seconds, and the
+    devices they ran on. ``specs``: ``{chapter: loaded claims file}``."""
+    from calnotes.runs.claims import arm_runs
+
+    rows = []
+    for ch, spec in specs.items():
+        runs: dict[str, Any] = {}
+        for name in spec["arms"]:
+            if name.startswith("c-"):
+                for run in arm_runs(spec, name, store).values():
+                    runs[str(run.path)] = run
+        if runs:
+            seconds = [float(r.provenance.get("seconds", math.nan)) for r in runs.values()]
+            devices = sorted({str(r.provenance.get("device", "?")) for r in runs.values()})
+            rows.append({"chapter": ch, "runs": len(runs), "seconds": float(np.nansum(seconds)),
+                         "devices": ", ".join(devices)})
+    return pd.DataFrame(rows, columns=["chapter", "runs", "seconds", "devices"])
