@@ -274,3 +274,10 @@ def test_bootstrap_refuses_resamples_beyond_memory():
     with pytest.raises(ValueError, match=r"n_boot must be at most 1000000 \(the limit\), "
                                          r"got 1000000000"):
         M.bootstrap("error", p[:10], y[:10], n_boot=10**9)
+
+
+@pytest.mark.parametrize("name", ["ece", "mce", "ace", "classwise_ece", "reliability_bins"])
+def test_bin_counts_beyond_memory_are_refused(name):
+    p, y = make_data(0, 20, 3)
+    with pytest.raises(ValueError, match=r"n_bins must be at most 1000000 \(the limit"):
+        getattr(M, name)(p, y, n_bins=10**8)

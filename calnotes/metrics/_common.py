@@ -255,7 +255,14 @@ def _check_bins(n_bins: Any, binning: Any) -> tuple[Any, str]:
     by :func:`resolve_n_bins` once the number of samples is known)."""
     if not (isinstance(n_bins, str) and n_bins == AUTO_BINS):
         n_bins = check_positive_int(n_bins, "n_bins")
+        if n_bins > MAX_BINS:  # per-bin sums of every class: memory grows with n_bins
+            raise ValueError(f"n_bins must be at most {MAX_BINS} (the limit: its per-bin "
+                             f"arrays would not fit in memory), got {n_bins}")
     return n_bins, check_choice(binning, "binning", BINNINGS)
+
+
+#: Most bins a binned metric takes (1000 is the most the book uses).
+MAX_BINS = 1_000_000
 
 
 #: ``n_bins="auto"``: the bin rule of :func:`resolve_n_bins`.
