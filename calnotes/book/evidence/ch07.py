@@ -11,6 +11,7 @@ read unshifted and the evaluation half shifted (the run's stored logits on its f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = ["METRICS", "class_coverage_table", "confidence_coverage_table", "conf
 #: What :func:`conformal` can return, each a mean over the splits.
 METRICS = ("coverage", "size", "hard_coverage")
 _TEMPERATURES: dict[str, float] = {}
+_SPLITS: dict[tuple[str, tuple[tuple[str, Any], ...]], dict[str, np.ndarray]] = {}
 
 
 def _temperature(run: StoredRun) -> float:
@@ -131,7 +133,11 @@ def conformal(run: StoredRun, index: Any = None, metric: str = "coverage",
         raise ValueError("conformal is a per-seed measure: it takes no index")
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    return float(conformal_splits(run, **options)[metric].mean())
+    # one computation per run and protocol serves every metric the claims ask of it
+    key = (str(Path(run.path).resolve()), tuple(sorted(options.items())))
+    if key not in _SPLITS:
+        _SPLITS[key] = conformal_splits(run, **options)
+    return float(_SPLITS[key][metric].mean())
 
 
 def conformal_table(runs: Mapping[str, Mapping[int, StoredRun]], *,
