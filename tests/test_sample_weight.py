@@ -1,10 +1,12 @@
 """``sample_weight`` in the binned metrics, NLL and Brier: hand-computed cases, weights of
-1 against the unweighted metric, integer weights against repeated rows, bad weights."""
+1 against the unweighted metric, integer weights against repeated rows, float weights
+against a reference loop, bad weights."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import reference as ref
 import torch
 
 import calnotes.metrics as M
@@ -118,3 +120,28 @@ def test_bad_weights_name_the_argument(weights, error, match, name, metric, kwar
     p, y = _data(7)
     with pytest.raises(error, match=match):
         metric(p, y, sample_weight=weights, **kwargs)
+
+
+def _weighted_ece_loop(probs: np.ndarray, labels: np.ndarray, w: np.ndarray,
+                       n_bins: int) -> float:
+    """sum_m (W_m / W) |acc_m - conf_m| by a loop over samples and bins, equal-width bins."""
+    conf, correct = ref.top_label(probs, labels)
+    edges = ref.uniform_edges(n_bins)
+    total = float(sum(w))
+    value = 0.0
+    for m in range(n_bins):
+        members = [i for i in range(len(conf)) if ref.bin_of(conf[i], edges) == m]
+        w_m = sum(w[i] for i in members)
+        if w_m > 0:
+            acc = sum(w[i] * correct[i] for i in members) / w_m
+            mean_conf = sum(w[i] * conf[i] for i in members) / w_m
+            value += w_m / total * abs(acc - mean_conf)
+    return value
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_float_weights_match_a_reference_loop(seed):
+    p, y = _data(seed, n=200)
+    w = np.random.default_rng(seed + 20).uniform(0, 3, len(y))
+    assert M.ece(p, y, n_bins=10, sample_weight=w) == pytest.approx(
+        _weighted_ece_loop(p, y, w, 10), abs=TOL)
