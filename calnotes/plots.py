@@ -444,6 +444,9 @@ VERDICT_COLORS = {
     "does not reproduce": "#c62828",
     "premise fails here": "#ef6c00",
     "not testable at this scale": "#bdbdbd",
+    "direction reproduces; reported size ruled out": "#9e9d24",
+    "reported size ruled out": "#8d6e63",
+    "not testable: the method did not train here": "#bdbdbd",
 }
 _FOREST_COLUMNS = ("claim", "estimate", "low", "high", "paper", "null", "direction", "unit",
                    "verdict")

@@ -7,19 +7,27 @@ standard error ``se`` and ``df`` degrees of freedom the interval is
 
     detectable = (t_{(1+level)/2, df} + t_{power, df}) se,
 
-the usual approximation to the noncentral-t power (it errs by a few percent at df >= 2;
-``tests/test_stats.py`` pins it against a simulation). For a bootstrap the same formula
-uses normal quantiles and the bootstrap standard error.
+the usual approximation to the noncentral-t power (at df = 2 it gives 76.6% power, not
+80%). The Student-t designs report instead the exact detectable effect, the root of the
+noncentral-t power (:func:`power_t`), from the *observed* standard error (post hoc). For a
+bootstrap the approximation uses normal quantiles and the bootstrap standard error.
 
 Verdicts read an interval ``[low, high]`` of an effect whose claimed side is ``direction``
 (``"below"`` or ``"above"`` the value ``null``), beside the effect ``paper`` the work
 reports, if any (:data:`VERDICTS`):
 
 - ``reproduces``: the interval lies on the claimed side and contains ``paper``;
-- ``reproduces, smaller than reported`` / ``larger than reported``: on the claimed side,
-  with ``paper`` beyond the interval's far end / between the interval and ``null``;
+- ``reproduces, larger than reported``: on the claimed side, with ``paper`` between the
+  interval and ``null``;
+- ``direction reproduces; reported size ruled out``: on the claimed side, with ``paper``
+  beyond the interval's far end;
+- ``reported size ruled out``: the interval contains ``null`` but excludes ``paper``;
 - ``does not reproduce``: the interval lies wholly on the other side;
-- ``inconclusive``: the interval contains ``null``.
+- ``inconclusive``: the interval contains ``null`` (and ``paper``, if any).
+
+Multiplicity: :func:`p_value` gives a two-sided p-value against ``null`` from an effect's
+design; :func:`holm` and :func:`benjamini_hochberg` adjust a family of them, and
+:func:`adjusted_verdict` reads a verdict again at the adjusted p-value.
 """
 
 from __future__ import annotations
@@ -32,20 +40,28 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = [
-    "Effect", "SampleSize", "VERDICTS", "bootstrap_effect", "detectable_effect",
-    "detectable_effect_t", "one_sample_effect", "paired_effect", "power_t", "seeds_for_power",
+    "Effect", "REPORTED_SIZE_FAILURES", "SampleSize", "VERDICTS", "adjusted_verdict",
+    "benjamini_hochberg", "bootstrap_effect", "detectable_effect", "detectable_effect_t",
+    "holm", "one_sample_effect", "p_value", "paired_effect", "power_t", "seeds_for_power",
     "verdict", "welch_effect",
 ]
 
 REPRODUCES = "reproduces"
-SMALLER = "reproduces, smaller than reported"
 LARGER = "reproduces, larger than reported"
+SIZE_RULED_OUT_DIRECTION = "direction reproduces; reported size ruled out"
+SIZE_RULED_OUT = "reported size ruled out"
 FAILS = "does not reproduce"
 INCONCLUSIVE = "inconclusive"
-PREMISE_FAILS = "premise fails here"
 NOT_TESTABLE = "not testable at this scale"
+NOT_TRAINED = "not testable: the method did not train here"
 #: The fixed vocabulary of verdicts, in the order tables sort them.
-VERDICTS = (REPRODUCES, SMALLER, LARGER, INCONCLUSIVE, FAILS, PREMISE_FAILS, NOT_TESTABLE)
+VERDICTS = (REPRODUCES, LARGER, SIZE_RULED_OUT_DIRECTION, SIZE_RULED_OUT, INCONCLUSIVE, FAILS,
+            NOT_TESTABLE, NOT_TRAINED)
+#: Verdicts whose interval excludes the effect the work reports: failures of its size.
+REPORTED_SIZE_FAILURES = (SIZE_RULED_OUT_DIRECTION, SIZE_RULED_OUT)
+#: Notes a premise adds beside a claim's own verdict (never replacing it).
+PREMISE_FAILS = "premise fails here"
+PREMISE_INCONCLUSIVE = "premise inconclusive"
 
 
 @dataclass(frozen=True)
@@ -61,13 +77,14 @@ class Effect:
     design: str
     se: float = math.nan
     detectable: float = math.nan
+    df: float = math.nan  # of a Student-t design; nan: normal (bootstrap)
 
     def scaled(self, factor: float) -> Effect:
         """The same effect in other units (``factor`` > 0)."""
         if not factor > 0:
             raise ValueError(f"factor must be positive, got {factor}")
         return Effect(self.estimate * factor, self.low * factor, self.high * factor, self.n,
-                      self.design, self.se * factor, self.detectable * factor)
+                      self.design, self.se * factor, self.detectable * factor, self.df)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,12 +145,35 @@ def power_t(effect: float, sd: float, n: int, alpha: float, sides: int = 2) -> f
     _check_power_args(sd, n, alpha, sides)
     if not math.isfinite(effect):
         raise ValueError(f"effect must be finite, got {effect!r}")
-    df, ncp = n - 1, effect * math.sqrt(n) / sd
+    return _power_se(effect, sd / math.sqrt(n), n - 1, alpha, sides)
+
+
+def _power_se(effect: float, se: float, df: float, alpha: float, sides: int = 2) -> float:
+    """Power of the t test whose statistic has standard error ``se`` and ``df`` degrees of
+    freedom (noncentrality ``effect / se``)."""
+    ncp = effect / se
     c = float(_st.t.ppf(1 - alpha / sides, df))
+    # P(T' > c) and P(T' < -c) = P(T'' > c) with T'' of noncentrality -ncp: scipy's nct
+    # returns NaN for some far tails (nct.cdf(-5, 7, 28.4)), never for sf of either sign
     power = float(_st.nct.sf(c, df, ncp))
     if sides == 2:
-        power += float(_st.nct.cdf(-c, df, ncp))
+        power += float(_st.nct.sf(c, df, -ncp))
+    if not math.isfinite(power):
+        raise ValueError(f"power of the t test is not finite (effect {effect}, se {se}, "
+                         f"df {df})")
     return min(max(power, 0.0), 1.0)
+
+
+def _detectable_se(se: float, df: float, alpha: float, power: float = 0.8,
+                   sides: int = 2) -> float:
+    """The effect detected with probability ``power`` (root of :func:`_power_se`)."""
+    from scipy.optimize import brentq
+
+    hi = se
+    while _power_se(hi, se, df, alpha, sides) < power:
+        hi *= 2
+    return float(brentq(lambda d: _power_se(d, se, df, alpha, sides) - power, 0.0, hi,
+                        xtol=1e-12 * se, rtol=1e-12))
 
 
 @dataclass(frozen=True)
@@ -174,13 +214,7 @@ def detectable_effect_t(sd: float, n: int, alpha: float, power: float = 0.8,
         raise ValueError(f"power must lie in (0, 1), got {power}")
     if power <= alpha / sides:
         raise ValueError(f"power must exceed alpha / sides = {alpha / sides}, got {power}")
-    hi = sd
-    while power_t(hi, sd, n, alpha, sides) < power:
-        hi *= 2
-    from scipy.optimize import brentq
-
-    return float(brentq(lambda d: power_t(d, sd, n, alpha, sides) - power, 0.0, hi,
-                        xtol=1e-12 * sd, rtol=1e-12))
+    return _detectable_se(sd / math.sqrt(n), n - 1, alpha, power, sides)
 
 
 def _t_effect(estimate: float, se: float, df: float, n: int, design: str,
@@ -188,8 +222,9 @@ def _t_effect(estimate: float, se: float, df: float, n: int, design: str,
     if n < 2 or not se >= 0:
         return Effect(estimate, math.nan, math.nan, n, design)
     half = float(_st.t.ppf((1 + level) / 2, df)) * se
-    return Effect(estimate, estimate - half, estimate + half, n, design, se,
-                  detectable_effect(se, df, level))
+    detectable = _detectable_se(se, df, 1 - level) if se > 0 else 0.0
+    return Effect(estimate, estimate - half, estimate + half, n, design, se, detectable,
+                  float(df))
 
 
 def one_sample_effect(values: Any, level: float = 0.95, design: str = "one-sample t") -> Effect:
@@ -257,10 +292,85 @@ def verdict(low: float, high: float, direction: str, null: float = 0.0,
             return REPRODUCES
         p = sign * (paper - null)
         if p > hi:
-            return SMALLER
+            return SIZE_RULED_OUT_DIRECTION
         if p < lo:
             return LARGER
         return REPRODUCES
     if hi < 0:
         return FAILS
+    if paper is not None and not math.isnan(paper) and not lo <= sign * (paper - null) <= hi:
+        return SIZE_RULED_OUT
     return INCONCLUSIVE
+
+
+# --- multiplicity ------------------------------------------------------------------------
+
+def p_value(effect: Effect, null: float = 0.0) -> float:
+    """Two-sided p-value of ``effect`` against ``null``: ``2 P(T_df > |est - null| / se)``
+    (normal where ``df`` is nan, e.g. a bootstrap's standard error); nan without an
+    interval. It is below ``1 - level`` exactly when the Student-t interval excludes
+    ``null``."""
+    if not math.isfinite(effect.se) or math.isnan(effect.low):
+        return math.nan
+    if effect.se == 0:
+        return 0.0 if effect.estimate != null else 1.0
+    z = abs(effect.estimate - null) / effect.se
+    dist = _st.norm if math.isnan(effect.df) else _st.t(effect.df)
+    return float(min(1.0, 2 * dist.sf(z)))
+
+
+def _pvalues(p: Any) -> np.ndarray:
+    x = np.asarray(p, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"p must be one-dimensional, got shape {x.shape}")
+    if ((x < 0) | (x > 1)).any():
+        raise ValueError("p must lie in [0, 1]")
+    return x
+
+
+def holm(p: Any) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error): with the ``m`` p-values
+    sorted, ``p~_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``. NaN (untested) entries stay
+    NaN and do not count in ``m``."""
+    x = _pvalues(p)
+    out = np.full_like(x, np.nan)
+    ok = np.flatnonzero(~np.isnan(x))
+    m = ok.size
+    order = ok[np.argsort(x[ok], kind="stable")]
+    running = 0.0
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (m - i) * x[j]))
+        out[j] = running
+    return out
+
+
+def benjamini_hochberg(p: Any) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (false discovery rate): with the ``m`` p-values
+    sorted, ``p~_(i) = min_{j >= i} min(1, m p_(j) / j)``; NaN entries stay NaN and do not
+    count in ``m``. A claim is a discovery at level ``q`` where ``p~ <= q``."""
+    x = _pvalues(p)
+    out = np.full_like(x, np.nan)
+    ok = np.flatnonzero(~np.isnan(x))
+    m = ok.size
+    order = ok[np.argsort(x[ok], kind="stable")]
+    running = 1.0
+    for i in range(m - 1, -1, -1):
+        running = min(running, m * x[order[i]] / (i + 1))
+        out[order[i]] = running
+    return out
+
+
+def adjusted_verdict(raw: str, p_adjusted: float, alpha: float = 0.05) -> str:
+    """``raw`` read again at the adjusted p-value of its test against ``null``: where it no
+    longer rejects (``p_adjusted > alpha``), a decisive direction becomes
+    ``inconclusive`` (a size still ruled out stays ``reported size ruled out``: the
+    adjustment concerns the test against the null only)."""
+    if raw not in VERDICTS:
+        raise ValueError(f"raw must be a verdict of VERDICTS, got {raw!r}")
+    if math.isnan(p_adjusted) or p_adjusted <= alpha:
+        return raw
+    if raw == SIZE_RULED_OUT_DIRECTION:
+        return SIZE_RULED_OUT
+    if raw in (REPRODUCES, LARGER, FAILS):
+        return INCONCLUSIVE
+    return raw

@@ -68,9 +68,49 @@ def test_the_front_page_extension_reads_the_notebook_format(monkeypatch):
               "cite": "Wang & Golebiowski (2024), Table 1", "verdict": "inconclusive",
               "effect": "-0.86 [-2.24, +0.51] points", "paper": "-1.92", "estimate": -0.86,
               "low": -2.24, "high": 0.51, "paper_value": -1.92, "null": 0.0,
-              "direction": "below", "unit": "points", "key": True}
+              "direction": "below", "unit": "points", "key": True,
+              "question": "Does FLγ-SECE lower the ECE?", "verdict_raw": "reproduces",
+              "adjusted": {"method": "Holm", "family": "Holm, key exploratory claims of the "
+                           "book", "p": 0.01, "p_adjusted": 0.2, "verdict": "inconclusive"},
+              "premise": {"id": None, "state": ""}, "design": "paired t over seeds",
+              "n_seeds": 3, "detectable": 2.1, "declared": "before its runs",
+              "phase": "exploratory", "twin": None, "sesoi": None, "planned_seeds": None,
+              "p": 0.01}
     assert set(record) == set(book_claims.SUMMARY_COLUMNS)
     listing = ext._chapter_list("Meta", "05_meta.html", "05", [record])
     assert 'href="05_meta.html#claim-05-flsece-vs-ce"' in listing
     assert "verdict-inconclusive" in listing
     assert ext._forest_svg([record]).startswith('<figure class="claims-forest"><svg')
+
+
+def test_the_front_page_adjusts_over_the_book_and_groups_by_question(monkeypatch):
+    import importlib
+    import sys
+
+    pytest.importorskip("sphinx")
+    from calnotes.book import chapters
+
+    monkeypatch.syspath_prepend(str(chapters.BOOK_DIR / "_ext"))
+    monkeypatch.delitem(sys.modules, "claims_summary", raising=False)
+    ext = importlib.import_module("claims_summary")
+    base = {"chapter": "05", "cite": "c", "effect": "e", "paper": "", "premise": {"id": None,
+            "state": ""}, "phase": "exploratory", "adjusted": None}
+    rows = [  # two key claims: Holm over 2 gives 0.06 and 0.06 to the second and first
+        {**base, "id": "a", "claim": "A", "question": "Q", "key": True, "p": 0.03,
+         "verdict": "reproduces", "verdict_raw": "reproduces"},
+        {**base, "id": "b", "claim": "B", "question": "Q", "key": True, "p": 0.04,
+         "verdict": "reproduces", "verdict_raw": "reproduces"},
+        {**base, "id": "c", "claim": "C", "question": "", "key": False, "p": 0.5,
+         "verdict": "reported size ruled out", "verdict_raw": "reported size ruled out",
+         "premise": {"id": "a", "state": "fails here"}},
+    ]
+    ext._adjust(rows)
+    assert [r["verdict"] for r in rows] == ["inconclusive", "inconclusive",
+                                            "reported size ruled out"]
+    assert rows[0]["adjusted"]["method"] == "Holm"
+    table = ext._counts_table([("Meta", "05.html", "05", rows)])
+    assert "<td>2 (0)</td>" in table  # reproduces: 2 own verdicts, none after Holm
+    assert "2: 1 reproduces, 1 reported size ruled out" in table  # Q and C
+    listing = ext._chapter_list("Meta", "05.html", "05", rows)
+    assert listing.count('class="claim-question"') == 1 and "(premise fails here)" in listing
+    assert "2 questions, 3 claims" in listing

@@ -73,12 +73,17 @@ def test_one_seed_has_no_interval_and_is_inconclusive() -> None:
 @pytest.mark.parametrize("low, high, direction, paper, expected", [
     (-3.0, -1.0, "below", None, st.REPRODUCES),
     (-3.0, -1.0, "below", -2.0, st.REPRODUCES),
-    (-3.0, -1.0, "below", -5.0, st.SMALLER),
+    (-3.0, -1.0, "below", -5.0, st.SIZE_RULED_OUT_DIRECTION),
     (-3.0, -1.0, "below", -0.5, st.LARGER),
     (1.0, 3.0, "below", -2.0, st.FAILS),
-    (-1.0, 1.0, "below", -2.0, st.INCONCLUSIVE),
+    (-1.0, 1.0, "below", -2.0, st.SIZE_RULED_OUT),
+    (-1.0, 1.0, "below", -0.5, st.INCONCLUSIVE),
     (1.0, 3.0, "above", 2.0, st.REPRODUCES),
-    (1.0, 3.0, "above", 5.0, st.SMALLER),
+    (1.0, 3.0, "above", 5.0, st.SIZE_RULED_OUT_DIRECTION),
+    # The interval holds the null but excludes the reported effect: its size is ruled out.
+    (-14.9, 22.3, "below", -33.9, st.SIZE_RULED_OUT),
+    (-1.0, 1.0, "above", 5.0, st.SIZE_RULED_OUT),
+    (-1.0, 1.0, "above", 0.5, st.INCONCLUSIVE),
     (1.0, 3.0, "above", 0.5, st.LARGER),
     (-3.0, -1.0, "above", None, st.FAILS),
 ])
@@ -171,3 +176,56 @@ def test_power_functions_name_bad_input() -> None:
         st.seeds_for_power(0.0, 1.0, 0.05)
     with pytest.raises(ValueError, match="max_n"):
         st.seeds_for_power(1.0, 1.0, 0.05, max_n=1)
+
+
+
+# --- multiplicity ------------------------------------------------------------------------
+
+def test_p_value_matches_scipy_and_the_interval() -> None:
+    x = np.array([1.0, 2.0, 3.5, 0.4])
+    eff = st.one_sample_effect(x)
+    assert st.p_value(eff) == pytest.approx(sps.ttest_1samp(x, 0.0).pvalue, rel=1e-10)
+    assert st.p_value(eff, 0.3) == pytest.approx(sps.ttest_1samp(x, 0.3).pvalue, rel=1e-10)
+    # the 95% interval's end is exactly where p = 0.05
+    assert st.p_value(eff, eff.low) == pytest.approx(0.05, rel=1e-9)
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(0, 1, 6), rng.normal(1, 2, 5)
+    assert st.p_value(st.welch_effect(a, b)) == pytest.approx(
+        sps.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
+    assert math.isnan(st.p_value(st.one_sample_effect([1.0])))
+
+
+def test_holm_and_bh_by_hand_and_against_scipy() -> None:
+    p = np.array([0.01, 0.04, 0.03, 0.2, np.nan])
+    # sorted 0.01, 0.03, 0.04, 0.2 (m = 4): 4(0.01); max(.04, 3(.03)); max(.09, 2(.04)); .2
+    assert st.holm(p)[:4] == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert math.isnan(st.holm(p)[4]) and math.isnan(st.benjamini_hochberg(p)[4])
+    # BH: 4(.01)/1 = .04; min(4(.03)/2, 4(.04)/3) = .0533 for both; .2
+    assert st.benjamini_hochberg(p)[:4] == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.2])
+    q = np.random.default_rng(4).uniform(0, 0.2, 40)
+    assert st.benjamini_hochberg(q) == pytest.approx(sps.false_discovery_control(q))
+    assert (st.holm(q) >= st.benjamini_hochberg(q) - 1e-15).all()
+    with pytest.raises(ValueError, match="p must lie"):
+        st.holm([0.5, 1.5])
+
+
+@pytest.mark.parametrize("raw, p, expected", [
+    (st.REPRODUCES, 0.01, st.REPRODUCES),
+    (st.REPRODUCES, 0.2, st.INCONCLUSIVE),
+    (st.FAILS, 0.2, st.INCONCLUSIVE),
+    (st.LARGER, 0.06, st.INCONCLUSIVE),
+    (st.SIZE_RULED_OUT_DIRECTION, 0.3, st.SIZE_RULED_OUT),
+    (st.SIZE_RULED_OUT_DIRECTION, 0.04, st.SIZE_RULED_OUT_DIRECTION),
+    (st.INCONCLUSIVE, 0.9, st.INCONCLUSIVE),
+    (st.NOT_TESTABLE, math.nan, st.NOT_TESTABLE),
+])
+def test_adjusted_verdict(raw, p, expected) -> None:
+    assert st.adjusted_verdict(raw, p) == expected
+
+
+def test_t_designs_report_the_exact_detectable_effect() -> None:
+    x = np.array([1.0, 2.0, 3.5])
+    eff = st.one_sample_effect(x)
+    sd = float(x.std(ddof=1))
+    assert eff.detectable == pytest.approx(st.detectable_effect_t(sd, 3, 0.05), rel=1e-9)
+    assert st.power_t(eff.detectable, sd, 3, 0.05) == pytest.approx(0.8, abs=1e-9)

@@ -34,7 +34,8 @@ from sphinx.util.docutils import SphinxDirective
 
 from calnotes.book.claims import CLAIMS_MIME, SUMMARY_COLUMNS
 from calnotes.book.claims import verdict_badge as _badge
-from calnotes.stats import VERDICTS
+from calnotes.runs.verdicts import premise_note, question_verdict
+from calnotes.stats import REPORTED_SIZE_FAILURES, VERDICTS
 
 LOGGER = logging.getLogger(__name__)
 
@@ -70,18 +71,71 @@ class ClaimsSummary(SphinxDirective):
         return [node]
 
 
+def _adjust(records: list[dict[str, Any]]) -> None:
+    """Multiplicity over the whole book, from the glued p-values: each record's
+    ``verdict`` and ``adjusted`` set in place (:func:`calnotes.runs.verdicts.adjust_verdicts`)."""
+    import pandas as pd
+
+    from calnotes.runs.verdicts import adjust_verdicts
+
+    if not records:
+        return
+    table = pd.DataFrame({"key": [bool(r.get("key")) for r in records],
+                          "phase": [r.get("phase") or "exploratory" for r in records],
+                          "p": [float("nan") if r.get("p") is None else r["p"]
+                                for r in records],
+                          "verdict_raw": [_raw(r) for r in records]})
+    out = adjust_verdicts(table)
+    for r, (_, row) in zip(records, out.iterrows(), strict=True):
+        r["verdict"] = row["verdict"]
+        r["adjusted"] = None if not row["adjusted"] else {
+            "method": row["adjusted"].split(",")[0].split(" (")[0],
+            "family": row["adjusted"], "p": r.get("p"),
+            "p_adjusted": float(row["p_adjusted"]), "verdict": row["verdict"]}
+
+
+def _raw(r: dict[str, Any]) -> str:
+    return r.get("verdict_raw") or r["verdict"]
+
+
+def _questions(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r.get("question") or r["claim"], []).append(r)
+    return groups
+
+
 def _counts_table(chapters: list[tuple[str, str, str, list[dict[str, Any]]]]) -> str:
-    used = [v for v in VERDICTS if any(r["verdict"] == v for *_, rows in chapters
-                                       for r in rows)]
+    """Counts by claim (the claim's own verdict, and after multiplicity adjustment where
+    that differs: ``own (adjusted)``) and by question (a question whose claims disagree is
+    ``mixed``); failures of the reported size counted apart."""
+    every = [r for *_, rows in chapters for r in rows]
+    used = [v for v in VERDICTS if any(v in (_raw(r), r["verdict"]) for r in every)]
     head = "".join(f"<th>{_badge(v)}</th>" for v in used)
     body = []
     for title, uri, _, rows in chapters:
-        counts = Counter(r["verdict"] for r in rows)
-        cells = "".join(f"<td>{counts.get(v, 0) or ''}</td>" for v in used)
+        raw = Counter(_raw(r) for r in rows)
+        adjusted = Counter(r["verdict"] for r in rows)
+        cells = "".join(
+            f"<td>{raw.get(v, 0) or ''}"
+            + (f" ({adjusted.get(v, 0)})" if adjusted.get(v, 0) != raw.get(v, 0) else "")
+            + "</td>" for v in used)
+        questions = _questions(rows)
+        by_q = Counter(question_verdict([_raw(r) for r in q]) for q in questions.values())
+        qtext = ", ".join(f"{n} {v}" for v, n in by_q.most_common())
+        size = sum(_raw(r) in REPORTED_SIZE_FAILURES for r in rows)
         body.append(f'<tr><td><a href="{html.escape(uri)}">{html.escape(title)}</a></td>'
-                    f"<td>{len(rows)}</td>{cells}</tr>")
+                    f"<td>{len(rows)}</td>{cells}<td>{size or ''}</td>"
+                    f"<td>{len(questions)}: {html.escape(qtext)}</td></tr>")
     return (f'<div class="claims-scroll"><table class="claims-counts table"><thead><tr>'
-            f"<th>Chapter</th><th>claims</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+            f"<th>Chapter</th><th>claims</th>{head}<th>reported size fails</th>"
+            f"<th>questions (their verdicts)</th></tr></thead><tbody>{''.join(body)}</tbody>"
+            f"</table></div><p class=\"claims-counts-note\">Counts by claim: each claim's own "
+            f"verdict, and in brackets the count after multiplicity adjustment where it "
+            f"differs (Holm over the key claims of the book, Holm over confirmatory claims, "
+            f"Benjamini-Hochberg at 5% over all tested claims). A question whose claims "
+            f"disagree counts as mixed; a claim without a question is its own. Reported size "
+            f"fails: the interval excludes the effect the work reports.</p>")
 
 
 def _forest_svg(records: list[dict[str, Any]]) -> str:
@@ -114,19 +168,37 @@ def _forest_svg(records: list[dict[str, Any]]) -> str:
             f"effect the work reports.</figcaption></figure>")
 
 
-def _chapter_list(title: str, uri: str, chapter: str, rows: list[dict[str, Any]]) -> str:
-    items = []
-    for r in rows:
-        reported = f" · reported {html.escape(r['paper'])}" if r["paper"] else ""
-        key = ' <span class="claim-key">key</span>' if r.get("key") else ""
-        items.append(
-            f'<li class="claim-row">{_badge(r["verdict"])} '
+def _claim_item(uri: str, chapter: str, r: dict[str, Any]) -> str:
+    reported = f" · reported {html.escape(r['paper'])}" if r["paper"] else ""
+    key = ' <span class="claim-key">key</span>' if r.get("key") else ""
+    note = premise_note((r.get("premise") or {}).get("state", ""))
+    note = f" {html.escape(note)}" if note else ""
+    adjusted = r.get("adjusted") or {}
+    beside = (f' · adjusted ({html.escape(adjusted["family"])}): {_badge(r["verdict"])}'
+              if adjusted and r["verdict"] != _raw(r) else "")
+    return (f'<li class="claim-row">{_badge(_raw(r))}{note} '
             f'<a href="{html.escape(uri)}#claim-{chapter}-{r["id"]}">'
             f"{html.escape(r['claim'])}</a>{key}"
             f'<div class="claim-line">{html.escape(r["cite"])} · ours '
-            f"{html.escape(r['effect'])}{reported}</div></li>")
+            f"{html.escape(r['effect'])}{reported}{beside}</div></li>")
+
+
+def _chapter_list(title: str, uri: str, chapter: str, rows: list[dict[str, Any]]) -> str:
+    """One line per question, its claims' verdicts underneath."""
+    items = []
+    groups = _questions(rows)
+    for question, members in groups.items():
+        if len(members) == 1 and not members[0].get("question"):
+            items.append(_claim_item(uri, chapter, members[0]))
+            continue
+        verdict = question_verdict([_raw(r) for r in members])
+        inner = "".join(_claim_item(uri, chapter, r) for r in members)
+        items.append(f'<li class="claim-question">{_badge(verdict)} '
+                     f"<strong>{html.escape(question)}</strong> ({len(members)} claims)"
+                     f"<ul>{inner}</ul></li>")
     return (f'<details class="claims-chapter"><summary>{html.escape(title)}: '
-            f"{len(rows)} claims</summary><ul>{''.join(items)}</ul></details>")
+            f"{len(groups)} questions, {len(rows)} claims</summary><ul>{''.join(items)}</ul>"
+            f"</details>")
 
 
 class ReplaceClaimsSummary(SphinxPostTransform):
@@ -152,6 +224,7 @@ class ReplaceClaimsSummary(SphinxPostTransform):
                 uri = self.app.builder.get_relative_uri(self.env.docname, refdoc)
                 chapters.append((title, uri, rows[0]["chapter"], rows))
             records = [r for *_, rows in chapters for r in rows]
+            _adjust(records)
             parts = [_counts_table(chapters), _forest_svg(records)]
             parts += [_chapter_list(t, u, c, rows) for t, u, c, rows in chapters]
             node.replace_self(nodes.raw("", "\n".join(parts), format="html"))

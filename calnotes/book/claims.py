@@ -1,27 +1,45 @@
 """A chapter's claims in the book: its claims file evaluated on the stored runs
 (:func:`claims_table`), shown as a table and glued for the front page (:func:`show_claims`),
-and the verdicts its prose reads (:func:`verdict_of`); ``python -m calnotes claims``."""
+and the verdicts its prose reads (:func:`verdict_of`); ``python -m calnotes claims``.
+
+Multiplicity is book-wide (:func:`calnotes.runs.verdicts.adjust_verdicts`): a chapter's
+table carries each claim's own verdict (``verdict``, what the prose reads) and, beside it,
+the verdict adjusted over its family (``verdict_adjusted``, ``adjusted``), which needs
+every chapter's evaluation: a chapter shows it once every chapter's evaluation is cached
+for the present inputs (``python -m calnotes claims`` evaluates them all; the front page
+adjusts the glued records itself). Each chapter's evaluation is cached in the store
+(``<results>/.claims-cache/``), keyed by the hash of its inputs: the claims file, the
+library's source (the code of every measure and study), the manifests of the runs stored
+under the chapter's labels, and the claims file's last commit (for the dating); each entry
+records those inputs and when and how fast it was computed."""
 
 from __future__ import annotations
 
+import datetime
 import functools
+import hashlib
 import html
 import json
 import math
+import os
 import re
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from calnotes.book.chapters import BOOK_DIR, resolve_chapter
-from calnotes.runs.claims import evaluate_claims, load_claims
+from calnotes.runs.claims import TABLE_COLUMNS, evaluate_claims, load_claims
 from calnotes.runs.store import RunStore
+from calnotes.runs.verdicts import adjust_verdicts, premise_note, question_of
 
 __all__ = [
-    "CLAIMS_DIR", "CLAIMS_MIME", "SUMMARY_COLUMNS", "claims_path", "claims_table",
-    "cite_text", "format_effect", "show_claims", "summary_records", "verdict_badge",
-    "verdict_of",
+    "CLAIMS_DIR", "CLAIMS_MIME", "JSON_FIELDS", "SUMMARY_COLUMNS", "adjust_book",
+    "book_claims_table",
+    "claims_path", "claims_table", "cite_text", "format_effect", "show_claims",
+    "summary_records", "verdict_badge", "verdict_of",
 ]
 
 CLAIMS_DIR = BOOK_DIR / "claims"
@@ -29,7 +47,16 @@ CLAIMS_DIR = BOOK_DIR / "claims"
 CLAIMS_MIME = "text/vnd.calnotes.claims+json"
 #: Fields of each glued record.
 SUMMARY_COLUMNS = ("chapter", "page", "id", "claim", "cite", "verdict", "effect", "paper",
-                   "estimate", "low", "high", "paper_value", "null", "direction", "unit", "key")
+                   "estimate", "low", "high", "paper_value", "null", "direction", "unit", "key",
+                   "question", "verdict_raw", "adjusted", "premise", "design", "n_seeds",
+                   "detectable", "declared", "phase", "twin", "sesoi", "planned_seeds", "p")
+#: Fields of each claim in ``python -m calnotes claims --json``: ``verdict`` is the verdict
+#: after multiplicity adjustment, ``verdict_raw`` the claim's own.
+JSON_FIELDS = ("id", "question", "verdict", "verdict_raw", "adjusted", "premise", "estimate",
+               "low", "high", "paper_value", "null", "direction", "design", "n_seeds",
+               "detectable", "declared", "phase", "key", "twin", "sesoi", "planned_seeds")
+CACHE_DIR = ".claims-cache"
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def claims_path(chapter: str) -> Path:
@@ -37,22 +64,153 @@ def claims_path(chapter: str) -> Path:
     return CLAIMS_DIR / f"{resolve_chapter(chapter).stem[:2]}.yaml"
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def _code_version() -> str:
+    """Hash of the library's Python source (measures, studies, evaluator, statistics)."""
+    h = hashlib.sha256()
+    for path in sorted(_ROOT.rglob("*.py")):
+        h.update(str(path.relative_to(_ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _inputs(chapter: str, store: RunStore) -> dict[str, Any]:
+    """What a chapter's evaluation depends on, hashed."""
+    path = claims_path(chapter)
+    spec = load_claims(path)
+    labels = {lab for arm in spec["arms"].values()
+              for lab in (arm["label"] if isinstance(arm["label"], list) else [arm["label"]])}
+    runs = hashlib.sha256()
+    count = 0
+    for folder in store._folders():
+        try:
+            label = json.loads((folder / "provenance.json").read_text("utf-8")).get("label")
+        except (OSError, ValueError, AttributeError):
+            label = None
+        if label in labels:
+            runs.update(folder.name.encode() + _sha((folder / "manifest.json").read_bytes())
+                        .encode())
+            count += 1
+    try:
+        commit = subprocess.run(["git", "log", "-1", "--format=%H", "--", path.name],
+                                cwd=path.parent, capture_output=True, text=True,
+                                timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return {"chapter": chapter, "claims_file": _sha(path.read_bytes()),
+            "claims_commit": commit, "code": _code_version(), "runs": count,
+            "runs_hash": runs.hexdigest()}
+
+
 @functools.cache
 def _table(chapter: str, root: str | None) -> pd.DataFrame:
     import calnotes.book.evidence  # noqa: F401  (registers the chapters' measures)
 
-    return evaluate_claims(load_claims(claims_path(chapter)), RunStore(root))
+    store = RunStore(root)
+    inputs = _inputs(chapter, store)
+    key = _sha(json.dumps(inputs, sort_keys=True).encode())[:16]
+    cache = store.root / CACHE_DIR / f"{chapter}-{key}.json"
+    if cache.is_file():
+        try:
+            entry = json.loads(cache.read_text(encoding="utf-8"))
+            return _typed(pd.DataFrame(entry["rows"], columns=list(TABLE_COLUMNS)))
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable: computed again and rewritten
+    start = time.perf_counter()
+    table = evaluate_claims(load_claims(claims_path(chapter)), store)
+    entry = {"provenance": {"inputs": inputs, "key": key, "seconds":
+                            round(time.perf_counter() - start, 1),
+                            "created": datetime.datetime.now(datetime.timezone.utc)
+                            .isoformat(timespec="seconds")},
+             "rows": json.loads(table.to_json(orient="records", double_precision=15))}
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".tmp-{os.getpid()}-{cache.name}")
+        tmp.write_text(json.dumps(entry, indent=1), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only store: the table is still returned
+    return table
+
+
+_NUMERIC = ("n", "estimate", "low", "high", "detectable", "paper", "null", "sesoi", "p",
+            "p_adjusted", "margin", "n_seeds", "planned_seeds")
+
+
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    """A cached table's columns as evaluate_claims types them (JSON's null -> NaN)."""
+    for col in _NUMERIC:
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
+    for col in ("n", "n_seeds", "planned_seeds"):
+        table[col] = table[col].fillna(0).astype(int)
+    table["key"] = table["key"].astype(bool)
+    for col in set(TABLE_COLUMNS) - set(_NUMERIC) - {"key"}:
+        table[col] = table[col].where(table[col].notna(), "")
+    return table
+
+
+def _chapters() -> list[str]:
+    from calnotes.book.chapters import chapter_paths
+
+    return [p.stem[:2] for p in chapter_paths() if claims_path(p.stem[:2]).is_file()]
+
+
+def _cached(chapter: str, root: str | None) -> bool:
+    """Whether the chapter's evaluation is cached for its present inputs."""
+    store = RunStore(root)
+    key = _sha(json.dumps(_inputs(chapter, store), sort_keys=True).encode())[:16]
+    return (store.root / CACHE_DIR / f"{chapter}-{key}.json").is_file()
+
+
+def adjust_book(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The chapters' tables (``{chapter: table}``) in one, with ``chapter``, each claim's
+    own ``verdict`` and the book-wide ``verdict_adjusted`` beside it."""
+    parts = []
+    for ch, t in tables.items():
+        t = t.copy()
+        t.insert(0, "chapter", ch)
+        parts.append(t)
+    book = adjust_verdicts(pd.concat(parts, ignore_index=True))
+    book["verdict_adjusted"] = book["verdict"]
+    book["verdict"] = book["verdict_raw"]
+    return book
+
+
+@functools.cache
+def _book(root: str | None) -> pd.DataFrame:
+    return adjust_book({ch: _table(ch, root) for ch in _chapters()})
+
+
+def book_claims_table(store: RunStore | None = None) -> pd.DataFrame:
+    """Every chapter's claims in one table, with ``chapter``, each claim's own ``verdict``
+    and, beside it, ``verdict_adjusted``, ``p_adjusted`` and ``adjusted`` (the method and
+    family of :func:`calnotes.runs.verdicts.adjust_verdicts`)."""
+    root = None if store is None else str(store.root)
+    return _book(root).copy()
 
 
 def claims_table(chapter: str, store: RunStore | None = None) -> pd.DataFrame:
-    """Every claim of ``chapter`` with its evidence and verdict (see
-    :func:`calnotes.runs.claims.evaluate_claims`), evaluated once per process."""
+    """Every claim of ``chapter`` with its evidence and its own verdict (see
+    :func:`calnotes.runs.claims.evaluate_claims`), and the book-wide adjusted verdict
+    beside it (:func:`book_claims_table`); evaluated once per process and cached in the
+    store."""
+    ch = resolve_chapter(chapter).stem[:2]
     root = None if store is None else str(store.root)
-    return _table(resolve_chapter(chapter).stem[:2], root).copy()
+    chapters = _chapters()
+    if ch in chapters and all(_cached(c, root) for c in chapters if c != ch):
+        book = book_claims_table(store)
+        return book[book["chapter"] == ch].drop(columns="chapter").reset_index(drop=True)
+    table = _table(ch, root).copy()  # the other chapters not evaluated yet: no adjustment
+    table["verdict_adjusted"] = table["verdict"]
+    return table
 
 
 def verdict_of(chapter: str, claim_id: str) -> str:
-    """The verdict of one claim, for the prose and its checks."""
+    """The claim's own verdict (before multiplicity adjustment), for the prose and its
+    checks."""
     table = claims_table(chapter)
     hit = table.loc[table["id"] == claim_id, "verdict"]
     if hit.empty:
@@ -106,6 +264,20 @@ def verdict_badge(verdict: str) -> str:
     return f'<span class="verdict verdict-{slug}">{html.escape(verdict)}</span>'
 
 
+def _verdict_cell(r: Any) -> str:
+    """The claim's own verdict, its premise's note, and the adjusted verdict beside it."""
+    cell = verdict_badge(r["verdict"])
+    note = premise_note(r.get("premise_state") or "")
+    if note:
+        cell += f'<div class="claim-premise-note">{html.escape(note)}</div>'
+    family = r.get("adjusted")
+    if isinstance(family, str) and family:
+        adjusted = r.get("verdict_adjusted") or r["verdict"]
+        cell += (f'<div class="claim-adjusted">adjusted ({html.escape(family)}): '
+                 f"{verdict_badge(adjusted)}</div>")
+    return cell
+
+
 def summary_records(chapter: str) -> list[dict[str, Any]]:
     """One short record per claim (:data:`SUMMARY_COLUMNS`) for the front page."""
     page = resolve_chapter(chapter).stem
@@ -119,13 +291,35 @@ def summary_records(chapter: str) -> list[dict[str, Any]]:
             "estimate": _num(row["estimate"]), "low": _num(row["low"]),
             "high": _num(row["high"]), "paper_value": _num(row["paper"]),
             "null": _num(row["null"]), "direction": row["direction"], "unit": row["unit"],
-            "key": bool(row["key"]),
+            "key": bool(row["key"]), "question": question_of(row),
+            "verdict_raw": row["verdict"],
+            "adjusted": _adjusted(row),
+            "premise": {"id": row["premise"] or None, "state": row.get("premise_state") or ""},
+            "design": row["design"], "n_seeds": int(row.get("n_seeds") or 0),
+            "detectable": _num(row["detectable"]), "declared": row["declared"],
+            "phase": row.get("phase") or "exploratory",
+            "twin": row.get("twin") or None, "sesoi": _num(row.get("sesoi")),
+            "planned_seeds": int(row.get("planned_seeds") or 0) or None,
+            "p": _num(row.get("p")),
         })
+        records[-1]["verdict"] = row.get("verdict_adjusted") or row["verdict"]
     return records
 
 
-def _num(x: float) -> float | None:
-    return None if x is None or math.isnan(x) else float(x)
+def _adjusted(row: Any) -> dict[str, Any] | None:
+    """The adjustment of a claim's verdict: method and family, adjusted p-value."""
+    family = row.get("adjusted")
+    if not isinstance(family, str) or not family:
+        return None
+    return {"method": family.split(",")[0].split(" (")[0], "family": family,
+            "p": _num(row.get("p")), "p_adjusted": _num(row.get("p_adjusted")),
+            "verdict": row.get("verdict_adjusted") or row["verdict"]}
+
+
+def _num(x: Any) -> float | None:
+    if x is None or isinstance(x, str):
+        return None
+    return None if math.isnan(float(x)) else float(x)
 
 
 class _ClaimsView:
@@ -137,29 +331,47 @@ class _ClaimsView:
 
     def _repr_html_(self) -> str:
         rows = []
+        groups: dict[str, list[Any]] = {}
         for _, r in self.table.iterrows():
-            claim = f"<strong>{html.escape(r['claim'])}</strong>"
-            if isinstance(r["original"], str) and r["original"].strip():
-                claim += (f'<div class="claim-original" lang="und">'
-                          f'{html.escape(r["original"].strip())}</div>')
-            if isinstance(r["premise"], str) and r["premise"]:  # pandas reads None as NaN
-                claim += f'<div class="claim-premise">premise: {html.escape(r["premise"])}</div>'
-            ours = html.escape(format_effect(r))
-            details = html.escape(r["evidence"])
-            if r["declared"]:
-                details += f" Declared {html.escape(r['declared'])}."
-            paper = "" if math.isnan(r["paper"]) else f"{r['paper']:+g}"
-            rows.append(
-                f'<tr id="claim-{self.chapter}-{r["id"]}"><td>{claim}</td>'
-                f"<td>{html.escape(cite_text(r['work'], r['where']))}</td>"
-                f'<td><span class="claim-effect">{ours}</span>'
-                f'<div class="claim-evidence">{details}</div></td>'
-                f"<td>{html.escape(paper)}</td><td>{verdict_badge(r['verdict'])}</td></tr>")
+            groups.setdefault(question_of(r), []).append(r)
+        for question, members in groups.items():
+            if len(members) > 1 or (isinstance(members[0].get("question"), str)
+                                    and members[0].get("question")):
+                tally = ", ".join(f"{n} {v}" for v, n in pd.Series(
+                    [m["verdict"] for m in members]).value_counts().items())
+                rows.append(f'<tr class="claim-question"><td colspan="5"><strong>'
+                            f'{html.escape(question)}</strong> ({len(members)} claim'
+                            f'{"s" if len(members) > 1 else ""}: {html.escape(tally)})'
+                            f"</td></tr>")
+            rows.extend(self._row(r) for r in members)
         head = "".join(f"<th>{h}</th>" for h in
                        ("Claim", "Work", "Our effect [95% interval]", "Reported", "Verdict"))
         widths = "".join(f'<col style="width: {w}%">' for w in (33, 15, 34, 7, 11))
         return (f'<table class="claims-table table"><colgroup>{widths}</colgroup>'
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+    def _row(self, r: Any) -> str:
+        """One claim's row of the table."""
+        claim = f"<strong>{html.escape(r['claim'])}</strong>"
+        if isinstance(r["original"], str) and r["original"].strip():
+            claim += (f'<div class="claim-original" lang="und">'
+                      f'{html.escape(r["original"].strip())}</div>')
+        if isinstance(r["premise"], str) and r["premise"]:  # pandas reads None as NaN
+            claim += f'<div class="claim-premise">premise: {html.escape(r["premise"])}</div>'
+        ours = html.escape(format_effect(r))
+        details = html.escape(r["evidence"])
+        declared = r["declared"]
+        if declared:
+            details += (f" {html.escape(declared.capitalize())}." if
+                        declared.startswith("declared") else
+                        f" Declared {html.escape(declared)}.")
+        paper = "" if math.isnan(r["paper"]) else f"{r['paper']:+g}"
+        return (
+            f'<tr id="claim-{self.chapter}-{r["id"]}"><td>{claim}</td>'
+            f"<td>{html.escape(cite_text(r['work'], r['where']))}</td>"
+            f'<td><span class="claim-effect">{ours}</span>'
+            f'<div class="claim-evidence">{details}</div></td>'
+            f"<td>{html.escape(paper)}</td><td>{_verdict_cell(r)}</td></tr>")
 
     def __repr__(self) -> str:
         return "\n".join(f"{r['id']}: {r['verdict']} ({format_effect(r)})"
@@ -197,11 +409,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chapters = ([args.chapter] if args.chapter else
                 [p.stem[:2] for p in chapter_paths() if claims_path(p.stem[:2]).is_file()])
+    if not args.chapter:
+        book_claims_table()  # every chapter evaluated (or read from the cache) first
     records = [rec for ch in chapters for rec in summary_records(ch)]
     if args.json:
         print(json.dumps(records, indent=1, ensure_ascii=False))
         return 0
+    last = None
     for rec in records:
-        print(f"{rec['chapter']}  {rec['id']:<34} {rec['verdict']:<34} {rec['effect']}"
-              + (f"  (reported {rec['paper']})" if rec["paper"] else ""))
+        if (rec["chapter"], rec["question"]) != last:
+            last = (rec["chapter"], rec["question"])
+            print(f"{rec['chapter']}  {rec['question']}")
+        adjusted = (f"  [adjusted: {rec['verdict']}, {rec['adjusted']['family']}]"
+                    if rec["adjusted"] and rec["verdict"] != rec["verdict_raw"] else "")
+        note = premise_note(rec["premise"]["state"])
+        print(f"      {rec['id']:<34} {rec['verdict_raw']:<34} {rec['effect']}"
+              + (f"  (reported {rec['paper']})" if rec["paper"] else "")
+              + (f"  {note}" if note else "") + adjusted)
     return 0

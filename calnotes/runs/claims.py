@@ -9,12 +9,21 @@ and the effect the work reports. :func:`evaluate_claims` chooses the design:
 
 - two arms that share each seed's data split: a **paired** Student-t interval on the
   per-seed effects; arms that do not: **Welch** on the per-seed values (said as such);
-- ``design: bootstrap`` (a claim about one run per arm): the test-set **bootstrap**, the same
-  resampled test indices for both arms; one seed without it has no interval (inconclusive);
+- ``design: bootstrap``: the test-set **bootstrap**, the same resampled test indices for
+  both arms; where the arms hold several seeds, **hierarchical**: seeds resampled first,
+  then test samples within each drawn seed; a single run's interval is conditional on that
+  one trained network; one seed without it has no interval (inconclusive);
 - a study: a one-sample t interval over its replicates;
 
-and the verdict of :func:`calnotes.stats.verdict`, or ``premise fails here`` when the claim's
-premise (another claim) does not reproduce, or ``not testable at this scale``.
+and the claim's own verdict (:func:`calnotes.stats.verdict`), with its two-sided p-value
+against ``null`` (for the book-wide multiplicity adjustment,
+:func:`calnotes.runs.verdicts.adjust_verdicts`). A premise (another claim) that fails or is
+inconclusive is noted beside the verdict (``premise_state``), never in its place. A claim
+reading a run that did not train (:func:`calnotes.runs.verdicts.did_not_train`) is ``not
+testable: the method did not train here``; one declared without stored runs says
+``declared; no runs yet``. ``margin`` declares a non-inferiority test (the effect lies on
+the claimed side of the margin), and a ``paper`` value on the other side of ``null`` is
+refused at load.
 
 An arm may name a **selection rule** (``rule: NAME``, registered with :func:`register_rule`)
 that a chapter declared before its runs, e.g. the number of epochs chosen on validation data:
@@ -43,6 +52,7 @@ from calnotes import stats as st
 from calnotes.calibrators import TemperatureScaling
 from calnotes.runs.claims_file import nonfinite, read_claims_yaml
 from calnotes.runs.store import CorruptRun, RunNotFound, RunStore, StoredRun
+from calnotes.runs.verdicts import did_not_train, premise_note, premise_state
 
 __all__ = [
     "CLAIM_FIELDS", "MEASURES", "PHASES", "RULES", "STUDIES", "SPLIT_KEYS", "TABLE_COLUMNS",
@@ -70,11 +80,13 @@ PHASES = ("exploratory", "confirmatory")
 #: Most bootstrap resamples a claim may ask for (each one recomputes its measure).
 MAX_RESAMPLES = 100_000
 TEST_FIELDS = ("a", "b", "statistic", "study", "options", "effect", "scale", "unit",
-               "direction", "null", "paper", "design", "resamples")
+               "direction", "null", "paper", "design", "resamples", "margin")
 ARM_FIELDS = ("label", "where", "seeds", "options", "rule")
 TABLE_COLUMNS = ("id", "claim", "original", "work", "where", "premise", "key", "design", "n",
                  "estimate", "low", "high", "detectable", "paper", "null", "direction",
-                 "unit", "verdict", "declared", "evidence")
+                 "unit", "verdict", "declared", "evidence", "question", "phase", "twin",
+                 "sesoi", "planned_seeds", "verdict_raw", "premise_state", "p", "p_adjusted",
+                 "adjusted", "n_seeds", "margin")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -153,6 +165,19 @@ def _check_test(path: Path, cid: str, test: Any, arms: Mapping[str, Any]) -> dic
     if t["design"] not in ("auto", "welch", "bootstrap"):
         raise _fail(path, where, f"design must be auto, welch or bootstrap, got "
                                  f"{t['design']!r}")
+    if "margin" in t:  # non-inferiority: the effect lies on the claimed side of the margin
+        margin = t["margin"]
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
+                math.isfinite(margin)) or margin == 0:
+            raise _fail(path, where, f"margin must be a finite non-zero number, got "
+                                     f"{margin!r}")
+        if "null" in t and t["null"] != margin:
+            raise _fail(path, where, "give a margin (non-inferiority) or a null, not both")
+        if (margin > 0) != (t["direction"] == "below"):
+            raise _fail(path, where, f"a non-inferiority margin lies on the side the effect "
+                                     f"must not reach: below needs a positive margin, above "
+                                     f"a negative one; got {margin} with {t['direction']}")
+        t["null"] = margin
     for name, default in (("scale", 1.0), ("null", 0.0), ("resamples", 2000)):
         t.setdefault(name, default)
         if isinstance(t[name], bool) or not isinstance(t[name], (int, float)) or not (
@@ -169,6 +194,12 @@ def _check_test(path: Path, cid: str, test: Any, arms: Mapping[str, Any]) -> dic
     if paper is not None and (isinstance(paper, bool) or not isinstance(paper, (int, float))
                               or not math.isfinite(paper)):
         raise _fail(path, where, f"paper must be a finite number, got {paper!r}")
+    if paper is not None and paper != t["null"] and (paper < t["null"]) != (
+            t["direction"] == "below"):
+        raise _fail(path, where, f"the reported effect paper = {paper:+g} lies on the other "
+                                 f"side of null = {t['null']:+g} from the claimed direction "
+                                 f"({t['direction']}): test the work's own statement (e.g. "
+                                 f"non-inferiority with a margin)")
     t.setdefault("options", {})
     if not isinstance(t["options"], dict):
         raise _fail(path, where, "options must be a mapping")
@@ -492,23 +523,64 @@ def _paired(runs_a: Mapping[int, StoredRun], runs_b: Mapping[int, StoredRun]) ->
                for s in runs_a)
 
 
-def _bootstrap(test: Mapping[str, Any], run_a: StoredRun, run_b: StoredRun | None,
+HIERARCHICAL = "hierarchical bootstrap (seeds, then test samples)"
+
+
+def _bootstrap(test: Mapping[str, Any], pairs: list[tuple[StoredRun, StoredRun | None]],
                opts_a: Mapping[str, Any], opts_b: Mapping[str, Any]) -> st.Effect:
-    labels = run_a.test_labels
-    if run_b is not None and not torch.equal(run_b.test_labels, labels):
-        raise ValueError(f"runs {run_a.path.name} and {run_b.path.name} were tested on other "
-                         f"test sets: they cannot be bootstrapped together")
-    n = int(labels.shape[0])
+    """Test-set bootstrap of one seed's runs (the same resampled indices for both arms);
+    with several seeds, hierarchical: each replicate resamples the seeds, then each drawn
+    seed's test samples, and averages the seeds' effects."""
+    for run_a, run_b in pairs:
+        if run_b is not None and not torch.equal(run_b.test_labels, run_a.test_labels):
+            raise ValueError(f"runs {run_a.path.name} and {run_b.path.name} were tested on "
+                             f"other test sets: they cannot be bootstrapped together")
     stat = test["statistic"]
 
-    def effect(index: Any) -> float:
+    def effect(j: int, index: Any) -> float:
+        run_a, run_b = pairs[j]
         a = run_measure(stat, run_a, index=index, **opts_a)
         b = None if run_b is None else run_measure(stat, run_b, index=index, **opts_b)
         return _effect(a, b, test["effect"])
 
+    sizes = [int(a.test_labels.shape[0]) for a, _ in pairs]
     rng = np.random.default_rng(0)
-    reps = [effect(torch.from_numpy(rng.integers(0, n, n))) for _ in range(int(test["resamples"]))]
-    return st.bootstrap_effect(effect(None), reps, n)
+    k = len(pairs)
+    if k == 1:
+        n = sizes[0]
+        reps = [effect(0, torch.from_numpy(rng.integers(0, n, n)))
+                for _ in range(int(test["resamples"]))]
+        return st.bootstrap_effect(effect(0, None), reps, n)
+    reps = []
+    for _ in range(int(test["resamples"])):
+        drawn = rng.integers(0, k, k)
+        reps.append(float(np.mean([effect(int(j), torch.from_numpy(
+            rng.integers(0, sizes[j], sizes[j]))) for j in drawn])))
+    estimate = float(np.mean([effect(j, None) for j in range(k)]))
+    eff = st.bootstrap_effect(estimate, reps, k)
+    return st.Effect(eff.estimate, eff.low, eff.high, k, HIERARCHICAL, eff.se, eff.detectable)
+
+
+class _NotTrained(LookupError):
+    """An arm's run that did not train (:func:`calnotes.runs.verdicts.did_not_train`)."""
+
+
+_TRAINED: dict[Path, str | None] = {}
+
+
+def _check_trained(runs: list[StoredRun]) -> None:
+    for run in runs:
+        if run.path not in _TRAINED:
+            try:
+                logits, labels = run.test_logits, run.test_labels
+            except (OSError, ValueError, KeyError):
+                logits = None
+            _TRAINED[run.path] = (None if logits is None or labels is None
+                                  else did_not_train(logits, labels))
+        if _TRAINED[run.path]:
+            raise _NotTrained(f"run {run.path.name} ({run.label}, seed "
+                              f"{run.config.get('seed', 0)}) did not train: "
+                              f"{_TRAINED[run.path]}")
 
 
 def _arm_effect(spec: Mapping[str, Any], test: Mapping[str, Any], index: _Index,
@@ -524,24 +596,24 @@ def _arm_effect(spec: Mapping[str, Any], test: Mapping[str, Any], index: _Index,
     opts_b = {} if runs_b is None else {**test["options"], **(arms[test["b"]].get("options")
                                                               or {})}
     stat, kind = test["statistic"], test["effect"]
+    _check_trained(list(runs_a.values()) + list((runs_b or {}).values()))
     if runs_b is None:
         seeds = sorted(runs_a)
         used = [runs_a[s] for s in seeds]
         if test["design"] == "bootstrap":
-            seeds_used.append(seeds[0])
-            return _bootstrap(test, runs_a[seeds[0]], None, opts_a, {}), [runs_a[seeds[0]]]
+            seeds_used.extend(seeds)
+            return _bootstrap(test, [(r, None) for r in used], opts_a, {}), used
         values = [run_measure(stat, r, **opts_a) for r in used]
         seeds_used.extend(seeds)
         return st.one_sample_effect(values, design="one-sample t over seeds"), used
     common = sorted(set(runs_a) & set(runs_b))
     if test["design"] == "bootstrap":
-        seed = common[0] if common else min(runs_a)
         if not common:
             raise ValueError(f"{spec['path']}: arms {test['a']!r} and {test['b']!r} share no "
                              f"seed to bootstrap")
-        seeds_used.append(seed)
-        return (_bootstrap(test, runs_a[seed], runs_b[seed], opts_a, opts_b),
-                [runs_a[seed], runs_b[seed]])
+        seeds_used.extend(common)
+        return (_bootstrap(test, [(runs_a[s], runs_b[s]) for s in common], opts_a, opts_b),
+                [runs_a[s] for s in common] + [runs_b[s] for s in common])
     if test["design"] == "auto" and common and _paired(
             {s: runs_a[s] for s in common}, {s: runs_b[s] for s in common}):
         a = [run_measure(stat, runs_a[s], **opts_a) for s in common]
@@ -645,13 +717,20 @@ def _sentence(eff: st.Effect, unit: str, test: Mapping[str, Any]) -> str:
     unit = f" {unit}" if unit else ""
     units = {"paired t over seeds": "seeds", "Welch (unpaired) over seeds": "seeds",
              "one-sample t over seeds": "seeds", "bootstrap": "test samples",
-             "one-sample t": "replicates"}.get(eff.design, "replicates")
-    text = (f"{eff.design}, n = {eff.n} {units}: {_fmt(eff.estimate, digits)} "
+             HIERARCHICAL: "seeds", "one-sample t": "replicates"}.get(eff.design, "replicates")
+    design = eff.design
+    if "margin" in test:
+        design += f", non-inferiority with margin {test['margin']:+g}{unit}"
+    text = (f"{design}, n = {eff.n} {units}: {_fmt(eff.estimate, digits)} "
             f"[{_fmt(eff.low, digits)}, {_fmt(eff.high, digits)}]{unit}")
-    if eff.design == "bootstrap":
+    if eff.design in ("bootstrap", HIERARCHICAL):
         text += f" ({int(test['resamples'])} resamples)"
+    if eff.design == "bootstrap":
+        text += "; conditional on one trained network"
     if not math.isnan(eff.detectable):
-        text += f"; detectable at 80% power: {eff.detectable:.{digits}f}{unit}"
+        how = ("noncentral t, post hoc: from the observed SD" if math.isfinite(eff.df)
+               else "normal approximation, post hoc: from the bootstrap SE")
+        text += f"; detectable at 80% power: {eff.detectable:.{digits}f}{unit} ({how})"
     if test.get("paper") is not None:
         text += f"; reported: {test['paper']:+g}{unit}"
     return text + "."
@@ -701,13 +780,17 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
             return rows[cid]
         c = claims[cid]
         row = {k: c.get(k) or "" for k in ("id", "claim", "original", "work", "where",
-                                           "premise")}
-        row["key"] = bool(c.get("key", False))
+                                           "premise", "question", "twin")}
+        row.update(key=bool(c.get("key", False)), phase=c.get("phase", "exploratory"),
+                   sesoi=float(c.get("sesoi") or math.nan),
+                   planned_seeds=int(c.get("planned_seeds") or 0), p=math.nan,
+                   p_adjusted=math.nan, adjusted="", premise_state="", n_seeds=0,
+                   margin=float(c.get("test", {}).get("margin", math.nan)))
         if "not_testable" in c:
             row.update(design="", n=0, estimate=math.nan, low=math.nan, high=math.nan,
                        detectable=math.nan, paper=math.nan, null=math.nan, direction="",
-                       unit="", verdict=st.NOT_TESTABLE, declared="",
-                       evidence=str(c["not_testable"]))
+                       unit="", verdict=st.NOT_TESTABLE, verdict_raw=st.NOT_TESTABLE,
+                       declared="", evidence=str(c["not_testable"]))
             rows[cid] = row
             return row
         t = c["test"]
@@ -719,30 +802,39 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
             eff = st.one_sample_effect(values.ravel())
             runs: list[StoredRun] = []
         else:
+            seeds: list[int] = []
             try:
-                eff, runs = _arm_effect(spec, t, index, [])
-            except (_NoRuns, RunNotFound) as missing:  # no run, or a measure's entry
+                eff, runs = _arm_effect(spec, t, index, seeds)
+            except (_NoRuns, RunNotFound, _NotTrained) as missing:  # no run, a measure's
+                # entry, or a run that did not train
+                v = st.NOT_TRAINED if isinstance(missing, _NotTrained) else st.INCONCLUSIVE
                 row.update(design="", n=0, estimate=math.nan, low=math.nan, high=math.nan,
-                           detectable=math.nan, paper=float(t.get("paper") or math.nan),
+                           detectable=math.nan,
+                           paper=math.nan if t.get("paper") is None else float(t["paper"]),
                            null=float(t["null"]), direction=t["direction"], unit=t["unit"],
-                           verdict=st.INCONCLUSIVE, declared="before its runs",
+                           verdict=v, verdict_raw=v,
+                           declared=("" if v == st.NOT_TRAINED
+                                     else "declared; no runs yet"),
                            evidence=str(missing) + ".")
                 rows[cid] = row
                 return row
+            row["n_seeds"] = len(set(seeds))
         eff = eff.scaled(float(t["scale"]))
         paper = t.get("paper")
         v = st.verdict(eff.low, eff.high, t["direction"], float(t["null"]),
                        None if paper is None else float(paper))
         premise = c.get("premise")
-        if premise is not None and not named(premise)["verdict"].startswith(st.REPRODUCES):
-            v = st.PREMISE_FAILS
+        state = "" if premise is None else premise_state(named(premise)["verdict_raw"])
+        note = premise_note(state)
         row.update(design=eff.design, n=eff.n, estimate=eff.estimate, low=eff.low,
                    high=eff.high, detectable=eff.detectable,
                    paper=math.nan if paper is None else float(paper), null=float(t["null"]),
-                   direction=t["direction"], unit=t["unit"], verdict=v,
+                   direction=t["direction"], unit=t["unit"], verdict=v, verdict_raw=v,
+                   premise_state=state, p=st.p_value(eff, float(t["null"])),
                    declared=(_declared(Path(spec["path"]), cid, runs) if runs
                              else "computed when the book is built"),
-                   evidence=_sentence(eff, t["unit"], t) + _fewer_seeds(spec, t, index))
+                   evidence=_sentence(eff, t["unit"], t) + _fewer_seeds(spec, t, index)
+                   + (f" Premise {premise!r}: {state}." if note else ""))
         rows[cid] = row
         return row
 

@@ -1,0 +1,119 @@
+"""calnotes.book.claims: a chapter's evaluation cached in the store by its inputs' hash,
+the JSON fields of ``python -m calnotes claims --json``, and tools/compare_claims.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calnotes.book import claims as book_claims
+from calnotes.runs import claims as cl
+from calnotes.runs.claims import TABLE_COLUMNS
+from calnotes.runs.store import RunStore
+from tests.test_claims import ARMS, store, write  # noqa: F401  (store: a fixture)
+
+BODY = ARMS + """  - id: c
+    claim: x
+    work: k
+    where: w
+    question: Does focal loss lower the ECE?
+    test: {a: FL, b: CE, statistic: test_ece, direction: below}
+"""
+
+
+@pytest.fixture()
+def chapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(cl, "did_not_train", lambda logits, labels: None)
+    monkeypatch.setattr(cl, "_TRAINED", {})
+    path = write(tmp_path, BODY)
+    monkeypatch.setattr(book_claims, "claims_path", lambda ch: path)
+    return path
+
+
+def test_a_chapter_is_cached_by_its_inputs(chapter: Path, store: RunStore,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    compute = book_claims._table.__wrapped__
+    first = compute("XX", str(store.root))
+    files = list((store.root / book_claims.CACHE_DIR).glob("XX-*.json"))
+    assert len(files) == 1
+    entry = json.loads(files[0].read_text())
+    assert set(entry["provenance"]["inputs"]) == {"chapter", "claims_file", "claims_commit",
+                                                  "code", "runs", "runs_hash"}
+    # the runs of the labels its arms read: 8 of chXX, 3 of "other"
+    assert entry["provenance"]["inputs"]["runs"] == 11
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("evaluated again although its inputs did not change")
+
+    monkeypatch.setattr(book_claims, "evaluate_claims", refuse)
+    cached = compute("XX", str(store.root))
+    pd.testing.assert_frame_equal(cached, first, check_dtype=False)
+    # another claims file: another key, evaluated again
+    chapter.write_text(BODY.replace("claim: x", "claim: y"), encoding="utf-8")
+    with pytest.raises(AssertionError, match="evaluated again"):
+        compute("XX", str(store.root))
+
+
+def test_a_new_run_changes_the_key(chapter: Path, store: RunStore) -> None:
+    from tests.test_store import fake_result
+
+    before = book_claims._inputs("XX", store)
+    store.save(fake_result({"loss": "ce", "seed": 9}, seed=9), label="chXX")
+    after = book_claims._inputs("XX", store)
+    assert after["runs"] == before["runs"] + 1 and after["runs_hash"] != before["runs_hash"]
+
+
+def test_json_records_carry_the_fields(chapter: Path, store: RunStore,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    table = book_claims._table.__wrapped__("XX", str(store.root))
+    table.insert(0, "chapter", "XX")
+    from calnotes.runs.verdicts import adjust_verdicts
+
+    book = adjust_verdicts(table)
+    book["verdict_adjusted"], book["verdict"] = book["verdict"], book["verdict_raw"]
+    monkeypatch.setattr(book_claims, "claims_table",
+                        lambda ch, store=None: book.drop(columns="chapter"))
+    monkeypatch.setattr(book_claims, "resolve_chapter", lambda ch: Path("04_x.md"))
+    (record,) = book_claims.summary_records("04")
+    assert set(book_claims.JSON_FIELDS) <= set(record)
+    assert record["question"] == "Does focal loss lower the ECE?"
+    assert record["adjusted"]["method"] == "Benjamini-Hochberg"
+    assert record["phase"] == "exploratory" and record["n_seeds"] == 4
+    assert record["premise"] == {"id": None, "state": ""}
+    assert math.isfinite(record["detectable"])
+
+
+def _records(verdicts: dict[str, tuple[str, str]], raw: bool) -> list[dict]:
+    out = []
+    for cid, (v, q) in verdicts.items():
+        r = {"chapter": "01", "id": cid, "claim": cid, "verdict": v, "question": q}
+        if raw:
+            r["verdict_raw"] = v
+        out.append(r)
+    return out
+
+
+def test_compare_claims_counts_by_claim_and_question(tmp_path: Path) -> None:
+    before = tmp_path / "before.json"
+    after = tmp_path / "after.json"
+    before.write_text(json.dumps(_records({"a": ("reproduces", ""), "b": ("reproduces", ""),
+                                           "c": ("inconclusive", "")}, raw=False)))
+    recs = _records({"a": ("reproduces", "Q"), "b": ("does not reproduce", "Q"),
+                     "c": ("reported size ruled out", "")}, raw=True)
+    recs[0]["verdict"] = "inconclusive"  # adjusted
+    after.write_text(json.dumps(recs))
+    tool = Path(__file__).resolve().parents[1] / "tools" / "compare_claims.py"
+    out = subprocess.run([sys.executable, str(tool), str(before), str(after)],
+                         capture_output=True, text=True, check=True,
+                         cwd=tool.parents[1]).stdout
+    assert "| reproduces | 2 | 1 |" in out  # claims, raw
+    assert "| mixed | 0 | 1 |" in out  # questions: Q's two claims now disagree
+    assert "| 01 | b | reproduces | does not reproduce |" in out
+    assert "| 01 | a | reproduces | reproduces [inconclusive] |" in out
+    assert set(TABLE_COLUMNS) >= {"verdict_raw", "p", "p_adjusted", "adjusted"}
