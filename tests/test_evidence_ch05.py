@@ -75,6 +75,26 @@ def test_over_bins_measures_are_the_mean_of_a_numpy_binned_loop():
     assert ch05.ece_over_bins(run, index=idx, bins=15) == pytest.approx(expected, abs=1e-9)
 
 
+def test_classwise_ece_is_the_numpy_loop_raw_and_at_the_validation_temperature():
+    run = _fake_run(loss="ce")
+    probs = torch.softmax(run.test_logits.double(), 1).numpy()
+    expected = ref.classwise_ece(probs, run.test_labels.numpy(), n_bins=15)
+    assert ch05.classwise_ece(run) == pytest.approx(expected, abs=1e-9)  # float64 both ways
+    idx = np.arange(0, 600, 3)
+    expected = ref.classwise_ece(probs[idx], run.test_labels.numpy()[idx], n_bins=10)
+    assert ch05.classwise_ece(run, index=idx, bins=10) == pytest.approx(expected, abs=1e-9)
+    scaled, temperature = temperature_scaled(run.val_logits, run.val_labels, run.test_logits)
+    assert abs(temperature - 1.0) > 0.05  # the fake logits are miscalibrated: T matters
+    expected = ref.classwise_ece(np.asarray(scaled, dtype=np.float64), run.test_labels.numpy())
+    # the same NLL fit by two paths (float32 vs float64 logits): temperatures agree to ~1e-5,
+    # which moves a binned error by far less than 1e-4
+    assert ch05.classwise_ece(run, temperature="val") == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(ValueError, match="temperature"):
+        ch05.classwise_ece(run, temperature=1.5)
+    with pytest.raises(TypeError, match="bins"):
+        ch05.classwise_ece(run, bins=1.5)
+
+
 def test_bin_growth_is_the_numpy_binned_loop_at_high_minus_at_low():
     run = _fake_run()
     probs = torch.softmax(run.test_logits.double(), 1)
@@ -122,7 +142,8 @@ def test_the_ce_ts_arm_reads_the_ce_runs_at_their_validation_temperature():
     assert spec["arms"]["CE+TS"]["where"] == spec["arms"]["CE"]["where"]
     for claim in spec["claims"]:
         if "CE+TS" in (claim.get("test", {}).get("a"), claim.get("test", {}).get("b")):
-            assert claim["test"]["statistic"] in ("ece", "mce", "nll", "ece_over_bins",
+            assert claim["test"]["statistic"] in ("ece", "mce", "nll", "classwise_ece",
+                                                  "ece_over_bins",
                                                   "mce_over_bins", "ece_bin_growth",
                                                   "mce_bin_growth")
 

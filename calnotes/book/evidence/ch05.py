@@ -6,6 +6,8 @@ Measures (one stored run -> one number; see ``book/claims/05.yaml``):
 * ``ece_over_bins`` / ``mce_over_bins`` -- the mean over the bin counts of Figure 5 (10 to
   1000 equal-width bins) of the ECE / MCE: a curve that stays lower has the lower mean
   (the CE+TS arm reads them with ``temperature: val``, as the evaluator's ``ece`` does);
+* ``classwise_ece`` -- Table 1's classwise ECE, also after temperature scaling (``temperature:
+  val``), which the stored ``test_classwise_ece`` cannot give;
 * ``ece_bin_growth`` / ``mce_bin_growth`` -- Figure 5's growth: the ECE / MCE at 1000
   equal-width bins minus at 10 (options ``low``, ``high``);
 * ``gamma_std_growth`` -- Figure 3(d): the std of gamma over the test images after the last
@@ -38,6 +40,7 @@ import torch.nn.functional as F
 
 from calnotes import losses, metrics
 from calnotes._checks import check_choice, check_positive_int
+from calnotes.calibrators import TemperatureScaling
 from calnotes.ood import auroc
 from calnotes.runs.claims import register_measure, register_study, run_measure
 from calnotes.runs.gamma import GAMMA_FOLDER, run_test_gamma
@@ -45,7 +48,8 @@ from calnotes.runs.store import RunNotFound
 from calnotes.synthetic import SyntheticModel
 
 __all__ = [
-    "BIN_COUNTS", "LABEL", "bias_gap", "ece_bin_growth", "ece_over_bins", "epoch_cost",
+    "BIN_COUNTS", "LABEL", "bias_gap", "classwise_ece", "ece_bin_growth", "ece_over_bins",
+    "epoch_cost",
     "gamma_misclassification_auroc", "gamma_phases", "gamma_summary", "gamma_std_growth",
     "l2_coefficients",
     "mce_bin_growth", "mce_over_bins", "meta_steps", "outer_cost", "reference_dece",
@@ -88,6 +92,25 @@ def mce_over_bins(run: Any, index: Any = None, bins: Any = BIN_COUNTS, binning: 
     """``mean_b MCE_b`` over the bin counts ``bins`` (``temperature`` as
     :func:`ece_over_bins`)."""
     return _over_bins("mce", run, index, bins, binning, temperature)
+
+
+@register_measure("classwise_ece")
+def classwise_ece(run: Any, index: Any = None, bins: int = 15, temperature: Any = None) -> float:
+    r"""Classwise ECE (Table 1's "Classwise ECE", ``bins`` equal-width bins per class) of the
+    run's test predictions, :math:`\frac1K \sum_k \sum_m \frac{|B_{mk}|}{N}
+    |\bar y_{mk} - \bar p_{mk}|`; ``temperature="val"``: after temperature scaling fitted by
+    NLL on the run's validation split (how the CE+TS arm reads it)."""
+    if temperature is not None and temperature != "val":
+        raise ValueError(f"temperature must be None or 'val', got {temperature!r}")
+    logits = run.test_logits.double()
+    if temperature == "val":
+        scale = TemperatureScaling().fit(run.val_logits.double(), run.val_labels).temperature_
+        logits = logits / float(scale)
+    probs, labels = torch.softmax(logits, dim=1), run.test_labels
+    if index is not None:
+        idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
+        probs, labels = probs[idx], labels[idx]
+    return float(metrics.classwise_ece(probs, labels, n_bins=check_positive_int(bins, "bins")))
 
 
 def _bin_growth(measure: str, run: Any, index: Any, low: int, high: int, binning: str,
