@@ -152,11 +152,13 @@ def positive_class_diagram(
     ax: Axes | None = None,
     title: str | None = None,
     color: str = "C2",
+    level: float | None = 0.9,
 ) -> Axes:
     r"""Reliability diagram of a binary problem's positive class: equal-width bins
     :math:`(b_{m-1}, b_m]` of :math:`\hat p = P(y = 1)` over :math:`[0, 1]`, bars at the share
     of positives in each bin, the gap to the diagonal hatched, and the positive-class ECE
     :math:`\sum_m \frac{|B_m|}{N} |\bar y_m - \bar p_m|` in the corner. Empty bins get no bar.
+    Each bar carries the ``level`` Clopper-Pearson interval of its share (None: no band).
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     probs, _ = check_probs(p, "p")  # (N, 2): [1 - p, p]
@@ -176,6 +178,12 @@ def positive_class_diagram(
     ax.bar(left, np.abs(mean - share), bottom=np.minimum(mean, share), width=1 / n_bins,
            align="edge", color="tab:red", alpha=0.35, edgecolor="tab:red", hatch="//",
            linewidth=0.6, label="gap")
+    if level is not None:
+        hits = np.bincount(index, weights=y, minlength=n_bins)[filled]
+        lo, hi = metrics.clopper_pearson(hits, counts[filled], level)
+        ax.errorbar(left + 0.5 / n_bins, share, yerr=[share - lo, hi - share], fmt="none",
+                    ecolor="black", elinewidth=0.8, capsize=2,
+                    label=f"{100 * level:.0f}% Clopper-Pearson")
     ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
     ece = float((counts[filled] * np.abs(mean - share)).sum() / len(q))
     ax.text(0.04, 0.93, f"ECE {100 * ece:.2f}%", transform=ax.transAxes, va="top", fontsize=9,
@@ -188,6 +196,36 @@ def positive_class_diagram(
     if title:
         ax.set_title(title)
     return ax
+
+def corp_diagram(
+    probs: Any, labels: Any, *, ax: Axes | None = None, title: str | None = None,
+    color: str = "C0", level: float = 0.9, n_boot: int = 200, seed: int = 0,
+) -> Axes:
+    """CORP reliability diagram (Dimitriadis, Gneiting & Jordan 2021): the isotonic fit of
+    correctness on the top-label confidence as a step line, the ``level`` consistency band
+    around it (where the fit falls when the model is calibrated), and the Brier score's
+    miscalibration (MCB), discrimination (DSC) and uncertainty (UNC) in the corner
+    (:func:`calnotes.metrics.corp_curve`, :func:`calnotes.metrics.score_decomposition`).
+    """
+    curve = metrics.corp_curve(probs, labels, level=level, n_boot=n_boot, seed=seed)
+    parts = metrics.score_decomposition(probs, labels, "brier")
+    ax = _axes(ax)
+    ax.fill_between(curve.x, curve.low, curve.high, step="post", color="gray", alpha=0.3,
+                    linewidth=0, label=f"{100 * level:.0f}% if calibrated")
+    ax.step(curve.x, curve.fitted, where="post", color=color, label="isotonic fit")
+    ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
+    ax.text(0.04, 0.93, f"MCB {parts.miscalibration:.4f}\nDSC {parts.discrimination:.4f}\n"
+            f"UNC {parts.uncertainty:.4f}", transform=ax.transAxes, va="top", fontsize=9,
+            zorder=10, bbox={"facecolor": "white", "alpha": 0.95, "linewidth": 0})
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("recalibrated accuracy")
+    ax.legend(loc="lower right", fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
 
 def confidence_histogram(
     probs: Any, labels: Any, n_bins: int = 20, *, ax: Axes | None = None,

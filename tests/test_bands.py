@@ -184,3 +184,15 @@ def test_smece_and_relplot_differ_near_one_as_the_api_page_says():
     ours = metrics.smece(probs, labels, bandwidth=0.1)
     gap = abs(relplot.smECE_sigma(conf, labels, 0.1) - ours) / ours
     assert 0.01 < gap < 0.05  # measured 1.8% here, 2.8-3.4% on other draws
+
+
+def test_positive_class_diagram_draws_exact_bands():
+    import matplotlib.pyplot as plt
+
+    p = np.full(12, 0.7)
+    ax = plots.positive_class_diagram(p, np.ones(12, int), n_bins=10)
+    bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    (segment,) = bars[0].lines[2][0].get_segments()
+    assert segment[:, 1] == pytest.approx([0.05 ** (1 / 12), 1.0])
+    assert "90% Clopper-Pearson" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(ax.figure)

@@ -102,3 +102,17 @@ def test_bad_arguments_are_named():
         metrics.score_decomposition(probs, labels, mode="marginal")
     with pytest.raises(ValueError, match="level"):
         metrics.corp_curve(probs, labels, level=1.5)
+
+
+def test_corp_diagram_draws_the_fit_and_names_the_parts():
+    import matplotlib.pyplot as plt
+
+    from calnotes import plots
+
+    probs, labels = _predictions(300, 3, seed=4, sharpen=2.0)
+    ax = plots.corp_diagram(probs, labels, n_boot=20)
+    curve = metrics.corp_curve(probs, labels, n_boot=20)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), curve.fitted)
+    d = metrics.score_decomposition(probs, labels)
+    assert f"MCB {d.miscalibration:.4f}" in ax.texts[0].get_text()
+    plt.close(ax.figure)
