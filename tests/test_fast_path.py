@@ -298,7 +298,8 @@ def declaration(tmp_path: Path) -> Path:
     path.write_text(
         "label: p\nseeds: [7, 8, 9]\nalpha: 0.05\nmargin_fraction: 0.5\n"
         "arms: {float32: {fast_path: false}, fast: {fast_path: true}}\n"
-        "regimes:\n  r:\n    config: {model: resnet8}\n    measures: [error, nll, gamma_trajectory]\n"
+        "regimes:\n  r:\n    config: {model: resnet8}\n"
+        "    measures: [error, nll, gamma_trajectory]\n"
         "    margins: {error: 0.5, nll: 0.5, gamma_trajectory: 0.01}\n")
     return path
 
@@ -326,6 +327,10 @@ def test_pilot_table_pairs_seeds_and_requires_every_measure(tmp_path: Path) -> N
     # a seed without both runs: that seed is left out and the regime cannot pass
     partial = pilot_table(decl, lambda cfg: None if cfg["seed"] == 9 else load(cfg))
     assert all(r["n"] == 2 and not r["passes"] for r in partial)
+    single = pilot_table(decl, lambda cfg: load(cfg) if cfg["seed"] == 7 else None)
+    gamma = {r["measure"]: r for r in single}["gamma_trajectory"]
+    assert gamma["n"] == 1 and gamma["difference"] == pytest.approx(0.02)
+    assert np.isnan(gamma["low"]) and not gamma["equivalent"]
 
 
 def test_declaration_is_checked(tmp_path: Path) -> None:

@@ -144,8 +144,9 @@ def pilot_table(decl: Mapping[str, Any], load: Callable[[dict[str, Any]], Any]) 
             if len(seeds) >= 2:
                 row.update(equivalence_row(values["fast"][m], values["float32"][m],
                                            spec["margins"][m], decl["alpha"]))
-            else:
-                row.update(difference=math.nan, low=math.nan, high=math.nan, equivalent=False)
+            else:  # one pair: its difference, no interval; none: nothing
+                one = (values["fast"][m][0] - values["float32"][m][0]) if seeds else math.nan
+                row.update(difference=one, low=math.nan, high=math.nan, equivalent=False)
             regime_rows.append(row)
         complete = len(seeds) == len(decl["seeds"])
         for row in regime_rows:
