@@ -197,11 +197,15 @@ def claims_table(chapter: str, store: RunStore | None = None) -> pd.DataFrame:
     :func:`calnotes.runs.claims.evaluate_claims`), and the book-wide adjusted verdict
     beside it (:func:`book_claims_table`); evaluated once per process and cached in the
     store."""
-    ch = resolve_chapter(chapter).stem[:2]
     root = None if store is None else str(store.root)
+    return _chapter_table(resolve_chapter(chapter).stem[:2], root).copy()
+
+
+@functools.cache
+def _chapter_table(ch: str, root: str | None) -> pd.DataFrame:
     chapters = _chapters()
     if ch in chapters and all(_cached(c, root) for c in chapters if c != ch):
-        book = book_claims_table(store)
+        book = _book(root)
         return book[book["chapter"] == ch].drop(columns="chapter").reset_index(drop=True)
     table = _table(ch, root).copy()  # the other chapters not evaluated yet: no adjustment
     table["verdict_adjusted"] = table["verdict"]
