@@ -94,7 +94,8 @@ def reliability_diagram(
     drawn = counts > 0
     filled = bands.enough & drawn
     bars = ax.bar(left[drawn], acc[drawn], width=width[drawn], align="edge", color=color,
-                  edgecolor="black", linewidth=0.6, label="accuracy")
+                  edgecolor="black", linewidth=0.6)
+    ax.bar([], [], color=color, edgecolor="black", linewidth=0.6, label="accuracy")
     for patch, enough in zip(bars.patches, filled[drawn], strict=True):
         if not enough:  # hollow: too few samples for the bar to mean much
             patch.set_facecolor("none")
