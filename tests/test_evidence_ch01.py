@@ -125,3 +125,11 @@ def test_l2_debiasing_removes_part_of_the_plug_in_bias():
     assert (table["plug-in L2 ECE"] > table["debiased L2 error"]).all()
     share = 1 - table["debiased L2 error"] / table["plug-in L2 ECE"]
     assert np.allclose(table["bias removed (share)"], share)
+
+
+@pytest.mark.parametrize("bandwidth", [0.02, 0.1, 0.2, 0.5])
+def test_kernel_smoother_matches_the_library_at_wide_bandwidths(bandwidth):
+    # a kernel longer than the grid (h > 1/16) once misaligned the convolution
+    probs, labels = ch01.synthetic_model("calibrated", "network").sample(300, seed=2)
+    ours = ch01.smooth_ece(probs[:, 1], labels.astype(float), bandwidth, "accuracy")
+    assert abs(ours - float(metrics.sece(probs, labels, bandwidth=bandwidth))) < 5e-4

@@ -78,7 +78,9 @@ def kernel_smooth(conf: np.ndarray, values: np.ndarray, bandwidth: float) -> np.
     def smooth(weights: np.ndarray) -> np.ndarray:
         grid = np.bincount(left, weights * (1 - frac), cells + 1)
         grid += np.bincount(left + 1, weights * frac, cells + 1)
-        out = np.convolve(grid, kernel, mode="same")
+        # "full" then the grid's own span: mode="same" would return the kernel's length,
+        # misaligned, once the kernel is longer than the grid (h > 1/16)
+        out = np.convolve(grid, kernel, mode="full")[half:half + cells + 1]
         return out[left] * (1 - frac) + out[left + 1] * frac
 
     return smooth(np.asarray(values, dtype=np.float64)) / smooth(np.ones_like(t))
