@@ -150,3 +150,42 @@ def test_compute_runs_without_training_trains_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "checkpoints").exists()
     with pytest.raises(TypeError, match="train"):
         ch04.compute_runs(train="no")
+
+
+# --- the exercises' solutions
+
+
+def test_normalised_scores_hand_computed():
+    # ID: confident in a direction; OOD: same direction, longer, and a near-uniform one
+    test_logits = torch.tensor([[3.0, 0.0], [0.0, 3.0]])
+    ood_logits = {"far": torch.tensor([[1.0, 1.0], [1.1, 0.9]])}
+    table = ch04.normalised_score_table(test_logits, ood_logits, tau=0.5)
+    # max cosine: ID rows 1.0; OOD rows 1/sqrt(2) and 1.1/sqrt(2.02): perfectly separated
+    assert table.loc[("max cosine", "far"), "AUROC (%)"] == pytest.approx(100.0)
+    assert table.loc[("max cosine", "far"), "FPR95 (%)"] == pytest.approx(0.0)
+    assert list(table.index.get_level_values("score").unique()) == [
+        "raw MSP", "MSP of f/(tau ||f||)", "max cosine"]
+
+
+def test_gradnorm_factor_bounds():
+    k = 4
+    one_hot = torch.tensor([[100.0, 0.0, 0.0, 0.0]])  # softmax ~ one-hot: 2 (k - 1)
+    uniform = torch.zeros(1, k)  # uniform softmax: 0
+    table = ch04.gradnorm_factor_table(one_hot, {"u": uniform})
+    assert table.loc["ID (test)", "mean factor"] == pytest.approx(2 * (k - 1))
+    assert table.loc["u", "mean factor"] == pytest.approx(0.0)
+    assert table.loc["u", "AUROC (%)"] == pytest.approx(100.0)
+
+
+def test_test_fitted_temperature_is_the_test_nll_minimum():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2000, 5, generator=g, dtype=torch.float64) * 4
+    y = torch.multinomial(torch.softmax(z / 2.0, dim=1), 1, generator=g).squeeze(1)
+    run = SimpleNamespace(val_logits=z[:1000], val_labels=y[:1000], test_logits=z[1000:],
+                          test_labels=y[1000:], path=None)
+    table = ch04.test_fitted_temperature(run)
+    assert table.loc["raw", "T"] == 1.0
+    assert table.loc["TS fitted on validation", "T"] == pytest.approx(2.0, rel=0.15)
+    # no temperature beats the one fitted on the test set on the test NLL
+    nll = table["test NLL"]
+    assert nll["TS fitted on test"] <= nll.min() + 1e-9

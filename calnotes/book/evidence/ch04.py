@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from calnotes import calibrators, data, ood
@@ -42,6 +43,7 @@ __all__ = [
     "LABEL", "NATURAL_SETS", "NOISE_SETS", "PILOT_LRS", "PILOT_SEED", "REGIMES", "SEEDS",
     "TAUS", "choose_regime", "choose_tau", "lenet_config", "log_norm_slope", "noise_val_fpr",
     "ood_confidence", "ood_measure", "ood_pool", "own_lr", "val_confidence_gap",
+    "gradnorm_factor_table", "normalised_score_table", "test_fitted_temperature",
 ]
 
 LABEL = "ch04_logitnorm"
@@ -298,3 +300,69 @@ def compute_runs(smoke: bool = False, device: str = "cpu", mnist: bool = True,
             if r is not None}
     return {"lrs": lrs, "regime": regime, "taus": taus, "lr_pilot": lr_pilot,
             "regime_pilots": regime_pilots, "tau_pilots": tau_pilots, "runs": runs}
+
+
+# --- The exercises' solutions --------------------------------------------------------------
+
+def _unit(z: torch.Tensor) -> torch.Tensor:
+    z = z.double()
+    return z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def _detection(scores: Callable[[torch.Tensor], Any], test_logits: torch.Tensor,
+               ood_logits: Mapping[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    s_in = scores(test_logits)
+    return {name: {"FPR95 (%)": 100 * ood.fpr_at_tpr(s_in, scores(z)),
+                   "AUROC (%)": 100 * ood.auroc(s_in, scores(z))}
+            for name, z in ood_logits.items()}
+
+
+def normalised_score_table(test_logits: torch.Tensor, ood_logits: Mapping[str, torch.Tensor],
+                           tau: float) -> pd.DataFrame:
+    r"""FPR95 and AUROC (%) per OOD set of three scores of one network's logits :math:`f`:
+    the raw MSP, the MSP of :math:`f / (\tau \lVert f\rVert)` (what LogitNorm's loss sees)
+    and the maximum cosine :math:`\max_c f_c / \lVert f\rVert`."""
+    scores = {"raw MSP": lambda z: ood.msp(z.double()),
+              "MSP of f/(tau ||f||)": lambda z: ood.msp(_unit(z) / tau),
+              "max cosine": lambda z: _unit(z).max(dim=1).values}
+    return pd.concat({name: pd.DataFrame(_detection(fn, test_logits, ood_logits)).T
+                      for name, fn in scores.items()}, names=["score", "OOD set"])
+
+
+def gradnorm_factor_table(test_logits: torch.Tensor, ood_logits: Mapping[str, torch.Tensor],
+                          temperature: float = 1.0) -> pd.DataFrame:
+    r"""The logit factor of GradNorm, :math:`\lVert k\,\mathrm{softmax}(f/T) - 1\rVert_1`,
+    as a score on its own: its mean on the test images and each OOD set, and FPR95 and
+    AUROC (%) per OOD set. (The other factor, :math:`\lVert h\rVert_1`, needs the
+    network's penultimate features.)"""
+    def factor(z: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(z.double() / temperature, dim=1)
+        return (p.shape[1] * p - 1).abs().sum(dim=1)
+
+    table = pd.DataFrame(_detection(factor, test_logits, ood_logits)).T
+    table["mean factor"] = [float(factor(z).mean()) for z in ood_logits.values()]
+    table.loc["ID (test)", "mean factor"] = float(factor(test_logits).mean())
+    return table
+
+
+def test_fitted_temperature(run: StoredRun, n_bins: int = 15) -> pd.DataFrame:
+    """Temperature scaling fitted (NLL) on the validation logits, as the chapter does, and
+    on the test logits it is then scored on, as the official code's ``--optimal_t`` does:
+    the temperature and the test ECE (%) and NLL of each, beside the raw network."""
+    from calnotes import metrics
+
+    if run.val_logits is None or run.val_labels is None:
+        raise ValueError(f"run {run.path.name} has no validation logits to fit a temperature")
+    rows = {"raw": 1.0}
+    fits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {
+        "TS fitted on validation": (run.val_logits, run.val_labels),
+        "TS fitted on test": (run.test_logits, run.test_labels)}
+    for name, (z, y) in fits.items():
+        rows[name] = float(calibrators.TemperatureScaling().fit(z, y).temperature_)
+    out = {}
+    for name, t in rows.items():
+        probs = torch.softmax(run.test_logits.double() / t, dim=1)
+        out[name] = {"T": t, "test ECE (%)": 100 * float(metrics.ece(probs, run.test_labels,
+                                                                     n_bins=n_bins)),
+                     "test NLL": float(metrics.nll(probs, run.test_labels))}
+    return pd.DataFrame(out).T
