@@ -22,6 +22,7 @@ RERUNS = {
            "REVERSE": False},
     "05": {"BIN_COUNTS": [10, 100], "MIN_VAL_ECE": 0.0},
     "06": {"SEEDS": [0, 1], "ENSEMBLE_SIZE": 2},
+    "07": {"ALPHAS": [0.2], "SEEDS": [1]},
 }
 
 
