@@ -130,3 +130,63 @@ def test_posthoc_binned_fast_path_matches_the_library(tmp_path, method):
                                 convention=convention, target=target) == pytest.approx(
                 ch03.evaluate(probs, y, metric, convention=convention, target=target),
                 abs=1e-12)
+
+
+# --- the exercises' solutions
+
+
+def _multi_run(tmp_path, n=800, k=4, scale=3.0, seed=0):
+    """Overconfident K-class logits: labels drawn from softmax(z / scale)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def split(m):
+        z = torch.randn(m, k, generator=g, dtype=torch.float64) * 2 * scale
+        y = torch.multinomial(torch.softmax(z / scale, dim=1), 1, generator=g).squeeze(1)
+        return z, y
+
+    (vz, vy), (tz, ty) = split(n), split(n)
+    return SimpleNamespace(path=tmp_path / "run", val_logits=vz, val_labels=vy,
+                           test_logits=tz, test_labels=ty,
+                           config={"train_subset": 4000, "val_size": 1000, "epochs": 2},
+                           provenance={"seconds": 120.0})
+
+
+def test_temperature_objectives_recover_the_generating_temperature(tmp_path):
+    table = ch03.temperature_objectives(_multi_run(tmp_path))
+    assert list(table.index) == ["nll", "ece"]
+    assert table.loc["nll", "T"] == pytest.approx(3.0, rel=0.15)  # statistical recovery
+    assert table.loc["ece", "T"] == pytest.approx(3.0, rel=0.3)
+    run = _multi_run(tmp_path)
+    scaled = torch.softmax(run.test_logits / table.loc["nll", "T"], dim=1)
+    assert table.loc["nll", "test ECE (%)"] == pytest.approx(
+        100 * float(metrics.ece(scaled, run.test_labels)))
+
+
+def test_small_validation_full_column_and_subset_bounds(tmp_path):
+    run = _multi_run(tmp_path)
+    table = ch03.small_validation(run, 100, 2, ["temperature", "histogram"], seed=1)
+    assert list(table.columns) == ["all 800", "100, mean", "100, largest"]
+    assert (table["100, largest"] >= table["100, mean"] - 1e-12).all()
+    # the uncalibrated row does not depend on the validation data
+    assert table.loc["uncalibrated"].nunique() == 1
+    with pytest.raises(ValueError, match="size"):
+        ch03.small_validation(run, 801, 1, ["temperature"])
+
+
+def test_odir_sweep_first_draw_is_small_validations(tmp_path):
+    run = _multi_run(tmp_path)
+    odir = ch03.odir_sweep(run, [0.0, 10.0], size=200, seed=3)
+    small = ch03.small_validation(run, 200, 1, ["matrix"], seed=3)
+    assert odir.loc[0.0, "test ECE (%)"] == pytest.approx(small.loc["matrix", "200, mean"])
+    assert list(odir.index) == [0.0, 10.0]
+
+
+def test_vector_spread_and_training_seconds(tmp_path):
+    spread = ch03.vector_spread([0.5, 1.0, 1.5], 2.0)  # w T = 1, 2, 3
+    assert spread["min"] == 1.0 and spread["max"] == 3.0
+    assert spread["cv"] == pytest.approx(np.std([1, 2, 3]) / 2)
+    run = _multi_run(tmp_path)  # 120 s for 4,000 images x 2 epochs
+    assert ch03.training_seconds(run, 40_000, 10) == pytest.approx(120 * 50)
+    run.provenance = {}
+    with pytest.raises(ValueError, match="wall time"):
+        ch03.training_seconds(run, 1, 1)

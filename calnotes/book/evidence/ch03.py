@@ -17,21 +17,24 @@ A new calibrator is a new key of ``CALIBRATORS``: every measure here takes it by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from calnotes import metrics
 from calnotes.calibrators import CALIBRATORS
-from calnotes.evaluation import UNCALIBRATED
+from calnotes.evaluation import UNCALIBRATED, compare_calibrators
 from calnotes.runs.claims import register_measure, register_rule
 from calnotes.runs.experiment import default_config
 from calnotes.runs.store import RunStore
 
 __all__ = ["RULE_EPOCHS", "RULE_SEEDS", "binary_r18_config", "calibrated_probs", "confidences",
            "evaluate", "lecture_bins", "posthoc", "r18_binary_epochs", "rule_epochs",
-           "share_at_one", "validation_error"]
+           "share_at_one", "validation_error", "odir_sweep", "small_validation",
+           "temperature_objectives", "training_seconds", "vector_spread"]
 
 #: The declared rule of the binary ResNet-18 (claims file, "R18-bin"): its candidate numbers of
 #: epochs, chosen on seed 0's validation error, and the seeds its claims are measured on.
@@ -234,3 +237,92 @@ def share_at_one(probs: torch.Tensor) -> float:
     them)."""
     conf = torch.as_tensor(probs).double().max(dim=1).values
     return float((conf == 1.0).double().mean())
+
+
+# --- The exercises' solutions --------------------------------------------------------------
+
+def _test_metrics(logits: Any, labels: Any, n_bins: int) -> dict[str, float]:
+    probs = torch.softmax(torch.as_tensor(logits).double(), dim=1)
+    return {"test ECE (%)": 100 * float(metrics.ece(probs, labels, n_bins=n_bins)),
+            "test NLL": float(metrics.nll(probs, labels))}
+
+
+def temperature_objectives(run: Any, n_bins: int = 15) -> pd.DataFrame:
+    """Temperature scaling of a stored run fitted by the validation NLL and by the validation
+    ECE (``TemperatureScaling(selection=...)``): the temperature and the test ECE and NLL."""
+    rows = {}
+    for selection in ("nll", "ece"):
+        ts = CALIBRATORS["temperature"](selection=selection).fit(run.val_logits, run.val_labels)
+        z = run.test_logits.double() / ts.temperature_
+        rows[selection] = {"T": float(ts.temperature_),
+                           **_test_metrics(z, run.test_labels, n_bins)}
+    frame = pd.DataFrame(rows).T
+    frame.index.name = "fitted by"
+    return frame
+
+
+def small_validation(run: Any, size: int, draws: int, methods: Sequence[str],
+                     n_bins: int = 15, seed: int = 0) -> pd.DataFrame:
+    """Test ECE (%) of each calibrator fitted on all of a run's validation logits and on
+    ``draws`` random subsets of ``size`` of them (mean and largest over the draws): what a
+    smaller validation split costs each method, without retraining the network."""
+    n = run.val_logits.shape[0]
+    args = (run.test_logits, run.test_labels)
+    full = compare_calibrators(run.val_logits, run.val_labels, *args, methods=methods,
+                               n_bins=n_bins).table["ece"]
+    small = []
+    for draw in range(draws):
+        small.append(compare_calibrators(*_val_subset(run, size, seed + draw), *args,
+                                         methods=methods, n_bins=n_bins).table["ece"])
+    drawn = pd.concat(small, axis=1)
+    return 100 * pd.DataFrame({f"all {n}": full, f"{size}, mean": drawn.mean(axis=1),
+                               f"{size}, largest": drawn.max(axis=1)})
+
+
+def _val_subset(run: Any, size: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = run.val_logits.shape[0]
+    if size is None:
+        return run.val_logits, run.val_labels
+    if not 1 <= size <= n:
+        raise ValueError(f"size must be between 1 and the run's {n} validation images, "
+                         f"got {size}")
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:size]
+    return run.val_logits[idx], run.val_labels[idx]
+
+
+def odir_sweep(run: Any, regs: Sequence[float], size: int | None = None, seed: int = 0,
+               n_bins: int = 15) -> pd.DataFrame:
+    """Matrix scaling with the ODIR penalty ``reg`` (Kull et al. 2019) for each value of
+    ``regs``, fitted on a run's validation logits (or a random ``size`` of them, the first
+    draw of :func:`small_validation` with the same seed): test ECE (%), NLL and error (%)."""
+    val_logits, val_labels = _val_subset(run, size, seed)
+    rows = {}
+    for reg in regs:
+        table = compare_calibrators(val_logits, val_labels, run.test_logits,
+                                    run.test_labels, methods=["matrix"], n_bins=n_bins,
+                                    options={"matrix": {"reg": reg}}).table.loc["matrix"]
+        rows[reg] = {"test ECE (%)": 100 * table["ece"], "test NLL": table["nll"],
+                     "test error (%)": 100 * table["error"]}
+    frame = pd.DataFrame(rows).T
+    frame.index.name = "reg"
+    return frame
+
+
+def vector_spread(weight: Any, temperature: float) -> dict[str, float]:
+    """Vector scaling's per-class weights :math:`w_k` against :math:`1/T`: the smallest and
+    largest :math:`w_k T` and their coefficient of variation (1 everywhere would be
+    temperature scaling)."""
+    wt = np.asarray(weight, dtype=np.float64) * float(temperature)
+    return {"min": float(wt.min()), "max": float(wt.max()),
+            "cv": float(wt.std() / abs(wt.mean()))}
+
+
+def training_seconds(run: Any, images: int, epochs: int) -> float:
+    """A stored run's wall time scaled to ``images`` training images and ``epochs`` epochs
+    (time per image and epoch held fixed: an estimate on the run's own device)."""
+    seconds = run.provenance.get("seconds")
+    if seconds is None:
+        raise ValueError(f"run {run.path.name} has no wall time in its provenance")
+    config = run.config
+    trained = config["train_subset"] or (60_000 - config["val_size"])
+    return float(seconds) * images * epochs / (trained * config["epochs"])
