@@ -14,6 +14,15 @@ from calnotes.runs import claims_file as cf
 from calnotes.runs.store import RunStore
 from tests.test_claims import ARMS, store, write  # noqa: F401  (the store fixture)
 
+
+@pytest.fixture(autouse=True)
+def _trained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake runs' logits are random (chance accuracy): here every run counts as trained
+    (as in tests/test_claims.py)."""
+    monkeypatch.setattr(cl, "did_not_train", lambda logits, labels: None)
+    monkeypatch.setattr(cl, "_TRAINED", {})
+
+
 CLAIM = """  - id: {cid}
     claim: Focal loss lowers the ECE.
     work: guo2017calibration
