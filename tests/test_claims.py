@@ -32,6 +32,11 @@ def _trained(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture()
 def store(tmp_path: Path) -> RunStore:
+    return make_store(tmp_path)
+
+
+def make_store(tmp_path: Path) -> RunStore:
+    """Runs of two arms sharing each seed's split, and of another label and split."""
     s = RunStore(tmp_path / "results")
     for loss, values in ECE.items():
         for seed, value in enumerate(values):

@@ -16,7 +16,7 @@ from calnotes.book import claims as book_claims
 from calnotes.runs import claims as cl
 from calnotes.runs.claims import TABLE_COLUMNS
 from calnotes.runs.store import RunStore
-from tests.test_claims import ARMS, store, write  # noqa: F401  (store: a fixture)
+from tests.test_claims import ARMS, make_store, write
 
 BODY = ARMS + """  - id: c
     claim: x
@@ -25,6 +25,11 @@ BODY = ARMS + """  - id: c
     question: Does focal loss lower the ECE?
     test: {a: FL, b: CE, statistic: test_ece, direction: below}
 """
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> RunStore:
+    return make_store(tmp_path)
 
 
 @pytest.fixture()
@@ -53,7 +58,8 @@ def test_a_chapter_is_cached_by_its_inputs(chapter: Path, store: RunStore,
 
     monkeypatch.setattr(book_claims, "evaluate_claims", refuse)
     cached = compute("XX", str(store.root))
-    pd.testing.assert_frame_equal(cached, first, check_dtype=False)
+    # every number read back exactly (repr round-trips a float)
+    pd.testing.assert_frame_equal(cached, first, check_dtype=False, check_exact=True)
     # another claims file: another key, evaluated again
     chapter.write_text(BODY.replace("claim: x", "claim: y"), encoding="utf-8")
     with pytest.raises(AssertionError, match="evaluated again"):

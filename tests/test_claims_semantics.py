@@ -17,7 +17,12 @@ from calnotes import stats as st
 from calnotes.runs import claims as cl
 from calnotes.runs import verdicts as vd
 from calnotes.runs.store import RunStore
-from tests.test_claims import ARMS, ECE, store, write  # noqa: F401  (store: a fixture)
+from tests.test_claims import ARMS, ECE, make_store, write
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> RunStore:
+    return make_store(tmp_path)
 
 
 @pytest.fixture()

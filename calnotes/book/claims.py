@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from calnotes.book.chapters import BOOK_DIR, resolve_chapter
@@ -125,15 +126,28 @@ def _table(chapter: str, root: str | None) -> pd.DataFrame:
                             round(time.perf_counter() - start, 1),
                             "created": datetime.datetime.now(datetime.timezone.utc)
                             .isoformat(timespec="seconds")},
-             "rows": json.loads(table.to_json(orient="records", double_precision=15))}
+             "rows": [{k: _plain(v) for k, v in row.items()}
+                      for row in table.to_dict(orient="records")]}
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".tmp-{os.getpid()}-{cache.name}")
-        tmp.write_text(json.dumps(entry, indent=1), encoding="utf-8")
+        tmp.write_text(json.dumps(entry, indent=1, allow_nan=False), encoding="utf-8")
         os.replace(tmp, cache)
     except OSError:
         pass  # a read-only store: the table is still returned
     return table
+
+
+def _plain(x: Any) -> Any:
+    """A table cell as JSON holds it exactly: Python numbers (repr round-trips a float),
+    NaN as null."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if math.isnan(x) else float(x)
+    return x
 
 
 _NUMERIC = ("n", "estimate", "low", "high", "detectable", "paper", "null", "sesoi", "p",
