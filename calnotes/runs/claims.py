@@ -444,6 +444,9 @@ _BINNINGS = {"width": "uniform", "mass": "quantile"}
 def _val_temperature(run: StoredRun) -> float:
     """Temperature scaling's T fitted (NLL) on the run's validation logits, once per run."""
     if run.path not in _TEMPERATURES:
+        if run.val_logits is None or run.val_labels is None:
+            raise ValueError(f"run {run.path.name} stores no validation logits to fit a "
+                             f"temperature on")
         ts = TemperatureScaling().fit(run.val_logits.double(), run.val_labels)
         _TEMPERATURES[run.path] = float(ts.temperature_)
     return _TEMPERATURES[run.path]
