@@ -74,17 +74,24 @@ def test_integer_weights_equal_repeated_rows(name, metric, kwargs, seed):
     assert float(t) == pytest.approx(repeated, abs=TOL)
 
 
-SCALE_FREE = [w for w in WEIGHTED if "mass" not in w[0] and w[0] != "ace"]
-
-
-@pytest.mark.parametrize(("name", "metric", "kwargs"), SCALE_FREE, ids=[w[0] for w in SCALE_FREE])
+@pytest.mark.parametrize(("name", "metric", "kwargs"), WEIGHTED, ids=IDS)
 def test_scaling_weights_changes_nothing(name, metric, kwargs):
-    # (equal-mass edges interpolate at (W - 1) m / M, which depends on the scale of W)
+    # equal-mass edges too: they are computed on the weights divided by the smallest one
     p, y = _data(3)
     w = np.random.default_rng(4).uniform(0.1, 2.0, len(y))
     # scaling by a power of two is exact in binary floating point
     assert metric(p, y, sample_weight=8 * w, **kwargs) == pytest.approx(
         metric(p, y, sample_weight=w, **kwargs), abs=TOL)
+
+
+@pytest.mark.parametrize(("name", "metric", "kwargs"), WEIGHTED, ids=IDS)
+def test_weights_summing_to_one_equal_unweighted(name, metric, kwargs):
+    # normalised equal weights: a total W below 1 once put every equal-mass edge at the
+    # minimum (one bin). Each w_i / min(w) is exactly 1, so the comparison is to TOL.
+    p, y = _data(8)
+    plain = metric(p, y, **kwargs)
+    w = np.full(len(y), 1 / len(y))
+    assert metric(p, y, sample_weight=w, **kwargs) == pytest.approx(plain, abs=TOL)
 
 
 def test_weighted_quantile_edges_repeat_rows_and_reference():

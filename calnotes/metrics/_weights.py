@@ -4,7 +4,8 @@ A weight :math:`w_i \ge 0` counts sample :math:`i` :math:`w_i` times: every sum 
 samples becomes :math:`\sum_i w_i (\cdot)` and every count :math:`N` or :math:`|B_m|`
 becomes :math:`W = \sum_i w_i` or :math:`W_m = \sum_{i \in B_m} w_i`. Weights of 1 give
 the unweighted metric and integer weights the metric of the data with each row repeated
-:math:`w_i` times (also for equal-mass bins, see :func:`weighted_quantile_edges`).
+:math:`w_i` times (for equal-mass bins when the smallest positive weight is 1, see
+:func:`weighted_quantile_edges`). Scaling every weight by a constant changes nothing.
 """
 
 from __future__ import annotations
@@ -46,11 +47,17 @@ def weighted_quantile_edges(values: torch.Tensor, weights: torch.Tensor,
     :math:`C_j > t`, the edge is :math:`s(\lfloor x\rfloor) + (s(\lfloor x\rfloor + 1) -
     s(\lfloor x\rfloor)) (x - \lfloor x\rfloor)` at :math:`x = (W - 1) m / M` (arguments of
     :math:`s` clamped to :math:`[0, W)`): the linear rule of the unweighted edges on the
-    data with row :math:`i` repeated :math:`w_i` times, which it equals for integer weights.
-    Through :math:`W - 1` the edges, unlike the equal-width bins' errors, depend on the
-    scale of the weights.
+    data with row :math:`i` repeated :math:`w_i` times. The weights are first divided by
+    the smallest positive one, so the edges do not depend on their scale (weights summing
+    to 1 would otherwise put every edge at the minimum); equal weights give the unweighted
+    edges, and integer weights whose smallest positive one is 1 the repeated rows' edges.
     """
     acc = weights.dtype
+    smallest = weights[weights > 0].min()
+    if bool(torch.isfinite(weights.sum() / smallest)):
+        weights = weights / smallest
+    else:  # a ratio past the float range: the mean weight as the unit
+        weights = weights * (weights.shape[0] / weights.sum())
     order = values.argsort(dim=-1, stable=True)
     s = values.gather(-1, order).to(acc)
     cum = weights[order].cumsum(dim=-1)  # (K, N)
