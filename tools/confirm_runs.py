@@ -1,5 +1,5 @@
-"""Train the confirmatory round's runs, cheapest claims first, seed by seed, and commit each
-seed's stored runs as soon as they exist (a run survives only in git).
+"""Train the confirmatory round's runs, claim by claim and seed by seed, and commit each
+claim's runs of a seed as soon as they exist (a run survives only in git).
 
 ``python tools/confirm_runs.py [--chapters 06 02 ...] [--no-commit]``
 
@@ -63,26 +63,23 @@ def main() -> None:
         spec = cl.load_claims(REPO / "book" / "claims" / f"{ch}.yaml")
         confirmatory = [c for c in spec["claims"] if c.get("phase") == "confirmatory"
                         and "a" in c.get("test", {})]
-        seeds = sorted({s for c in confirmatory for k in ("a", "b") if k in c["test"]
-                        for s in spec["arms"][c["test"][k]]["seeds"]})
-        for seed in seeds:
-            folders: set[Path] = set()
-            for c in confirmatory:
-                arms = [c["test"][k] for k in ("a", "b") if k in c["test"]]
-                if any(seed not in spec["arms"][a]["seeds"] for a in arms):
-                    continue
-                twin_spec = spec  # the twin's arms hold the template runs
-                runs = confirm.confirmatory_configs(twin_spec, c["twin"], [seed], store)
-                for label, config in runs:
+        for c in confirmatory:  # claim by claim (the file's order), seed by seed
+            arms = [c["test"][k] for k in ("a", "b") if k in c["test"]]
+            for seed in sorted(set.intersection(*(set(spec["arms"][a]["seeds"])
+                                                  for a in arms))):
+                folders: set[Path] = set()
+                # the twin's arms hold the template runs
+                for label, config in confirm.confirmatory_configs(spec, c["twin"], [seed],
+                                                                  store):
                     execute([config], label=label, store=store, backend="sequential",
                             device="cpu")
                     folders.add(store.load(config).path)
                 confirm.claim_seed_values(spec, c["id"], store)  # stores what it reads
                 print(f"{ch} {c['id']} seed {seed}: done", flush=True)
-            if folders and not args.no_commit:
-                _commit(sorted(folders), f"Confirmatory runs of chapter {ch}, seed {seed} "
-                                         f"({len(folders)} runs, with the entries their "
-                                         f"claims read)")
+                if not args.no_commit:
+                    _commit(sorted(folders), f"Confirmatory runs of chapter {ch}, seed {seed}, "
+                                             f"for {c['id']} ({len(folders)} runs, with the "
+                                             f"entries the claim reads)")
 
 
 if __name__ == "__main__":
