@@ -167,6 +167,17 @@ def test_bad_input_names_the_argument():
         S.as_torchmetric(M.ece)
 
 
+@pytest.mark.parametrize("make", [
+    lambda m: S.StreamingECE(n_bins=m), lambda m: S.StreamingMCE(n_bins=m),
+    lambda m: S.StreamingClasswiseECE(n_classes=3, n_bins=m)])
+def test_n_bins_bounded_as_in_the_functional_metrics(make):
+    # the state is allocated at construction: an unbounded n_bins takes all memory
+    from calnotes.metrics._common import MAX_BINS
+    with pytest.raises(ValueError, match=f"n_bins must be at most {MAX_BINS}"):
+        make(MAX_BINS + 1)
+    assert make(15).n_bins == 15
+
+
 # ---------------------------------------------------------------- two processes (gloo)
 
 WORKER = textwrap.dedent("""

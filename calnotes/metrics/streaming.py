@@ -32,6 +32,7 @@ from calnotes.metrics._common import (
     BINNINGS,
     NORMS,
     _bin_index,
+    _check_bins,
     _prepare,
     _quantile_edges,
     _scalar,
@@ -45,12 +46,7 @@ from calnotes.metrics._weights import (
     weighted_quantile_edges,
     weighted_sums,
 )
-from calnotes.metrics.smooth import (
-    SECE_METHODS,
-    _GridSoftAccuracy,
-    _sece_method,
-    _SoftAccuracy,
-)
+from calnotes.metrics.smooth import SECE_METHODS, _sece_of
 
 _F64 = torch.float64
 
@@ -163,6 +159,13 @@ def _all_gather_cat(value: torch.Tensor) -> torch.Tensor:
     return torch.cat([part[: int(s)] for part, s in zip(parts, sizes, strict=True)])
 
 
+def _check_n_bins(n_bins: Any) -> int:
+    """A positive ``n_bins`` of at most ``MAX_BINS`` (1e6), as the
+    functional metrics take (the state holds ``3 M`` or ``3 C M`` sums)."""
+    n_bins, _ = _check_bins(check_positive_int(n_bins, "n_bins"), "uniform")
+    return int(n_bins)
+
+
 def _weights(sample_weight: Any, n: int, device: torch.device) -> torch.Tensor:
     if sample_weight is None:
         return torch.ones(n, dtype=_F64, device=device)
@@ -179,7 +182,7 @@ class StreamingECE(StreamingMetric):
 
     def __init__(self, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
                  from_logits: bool = False) -> None:
-        self.n_bins = check_positive_int(n_bins, "n_bins")
+        self.n_bins = _check_n_bins(n_bins)
         self.binning = check_choice(binning, "binning", BINNINGS)
         self.norm = check_choice(norm, "norm", NORMS)
         self.cat_names = () if self.binning == "uniform" else ("conf", "correct", "w")
@@ -237,7 +240,7 @@ class StreamingClasswiseECE(StreamingMetric):
 
     def __init__(self, n_classes: int, n_bins: int = 15, from_logits: bool = False) -> None:
         self.n_classes = check_positive_int(n_classes, "n_classes", minimum=2)
-        self.n_bins = check_positive_int(n_bins, "n_bins")
+        self.n_bins = _check_n_bins(n_bins)
         super().__init__(from_logits)
 
     def _empty_sums(self) -> dict[str, torch.Tensor]:
@@ -350,19 +353,10 @@ class StreamingSECE(StreamingMetric):
 
     def _value(self, sums: dict[str, torch.Tensor], cats: dict[str, torch.Tensor]
                ) -> torch.Tensor:
-        # the lines of sece() after its top-label step, on the kept confidences
+        # sece() after its top-label step, on the kept confidences
         dtype = self._dtype or _F64
         conf, correct = cats["conf"].to(dtype), cats["correct"].to(dtype)
-        method = self.method
-        if method != "exact":
-            method = _sece_method(conf, self.bandwidth, explicit=method == "grid")
-        if method == "exact":
-            soft = _SoftAccuracy.apply(conf, correct, self.bandwidth, 1024)
-            value = (soft - conf).abs().mean()
-        else:
-            conf64 = conf.to(_F64)
-            soft = _GridSoftAccuracy.apply(conf64, correct.to(_F64), self.bandwidth)
-            value = (soft - conf64).abs().mean()
+        value = _sece_of(conf, correct, self.bandwidth, self.method, 1024)
         return torch.as_tensor(value, dtype=_F64)
 
 
