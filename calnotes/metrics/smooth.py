@@ -272,16 +272,20 @@ def sece(
     chunk = check_positive_int(chunk_size, "chunk_size")
     method = check_choice(method, "method", SECE_METHODS)
     conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
+    return _scalar(_sece_of(conf, correct, h, method, chunk), dtype, from_numpy)
+
+
+def _sece_of(conf: torch.Tensor, correct: torch.Tensor, h: float, method: str,
+             chunk: int) -> torch.Tensor:
+    """SECE of checked top-label ``conf, correct (N,)`` (``method`` as in :func:`sece`)."""
     if method != "exact":
         method = _sece_method(conf, h, explicit=method == "grid")
     if method == "exact":
         soft = _SoftAccuracy.apply(conf, correct.detach(), h, chunk)
-        value = (soft - conf).abs().mean()
-    else:
-        conf64 = conf.to(torch.float64)
-        soft = _GridSoftAccuracy.apply(conf64, correct.detach().to(torch.float64), h)
-        value = (soft - conf64).abs().mean()
-    return _scalar(value, dtype, from_numpy)
+        return (soft - conf).abs().mean()
+    conf64 = conf.to(torch.float64)
+    soft = _GridSoftAccuracy.apply(conf64, correct.detach().to(torch.float64), h)
+    return (soft - conf64).abs().mean()
 
 
 def _sece_method(conf: torch.Tensor, bandwidth: float, explicit: bool) -> str:
