@@ -170,5 +170,8 @@ def test_calibrator_in_pipeline_and_grid_search(digits, fitted):
     assert list(pipe.classes_) == list(range(10))
     search = GridSearchCV(C.HistogramBinning(), {"n_bins": [5, 15]},
                           scoring=sklearn_scorer("ece"), cv=3).fit(logits, y[1000:])
-    assert search.best_params_["n_bins"] in (5, 15)
+    means = search.cv_results_["mean_test_score"]
+    assert np.isfinite(means).all() and (means <= 0).all()  # -ECE of each setting
+    assert search.best_params_ == {"n_bins": [5, 15][int(means.argmax())]}
     assert isinstance(search.best_estimator_, C.HistogramBinning)
+    assert search.best_estimator_.n_bins == search.best_params_["n_bins"]
