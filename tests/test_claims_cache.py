@@ -123,3 +123,23 @@ def test_compare_claims_counts_by_claim_and_question(tmp_path: Path) -> None:
     assert "| 01 | b | reproduces | does not reproduce |" in out
     assert "| 01 | a | reproduces | reproduces [inconclusive] |" in out
     assert set(TABLE_COLUMNS) >= {"verdict_raw", "p", "p_adjusted", "adjusted"}
+
+
+def test_adjust_book_keeps_each_claims_own_verdict_beside_the_adjusted() -> None:
+    def table(rows):
+        out = pd.DataFrame([{c: "" for c in TABLE_COLUMNS} | r for r in rows],
+                           columns=list(TABLE_COLUMNS))
+        return out.assign(key=out["key"].astype(bool))
+
+    base = {"phase": "exploratory", "claim": "x", "question": ""}
+    book = book_claims.adjust_book({
+        "01": table([{**base, "id": "a", "key": True, "p": 0.03, "verdict": "reproduces",
+                      "verdict_raw": "reproduces"}]),
+        "02": table([{**base, "id": "b", "key": True, "p": 0.04, "verdict": "reproduces",
+                      "verdict_raw": "reproduces"}]),
+    }).set_index("id")
+    # Holm over the book's two key claims: 2(.03) = .06 and max(.06, .04): both above 5%
+    assert list(book["chapter"]) == ["01", "02"]
+    assert (book["verdict"] == "reproduces").all()
+    assert (book["verdict_adjusted"] == "inconclusive").all()
+    assert book.loc["a", "p_adjusted"] == pytest.approx(0.06)
