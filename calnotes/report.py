@@ -173,7 +173,7 @@ def _decimal_step(t: torch.Tensor) -> float:
 def simplex_tolerance(values: torch.Tensor) -> float:
     r"""How far a row of ``values (N, C)`` may sum from 1 and still be a row of
     probabilities stored at the input's own precision: the dtype's rounding
-    (:func:`~calnotes._checks.prob_sum_atol`, e.g. about 0.008 for bfloat16) plus
+    (``calnotes._checks.prob_sum_atol``, e.g. about 0.008 for bfloat16) plus
     :math:`C q / 2` when every entry is a multiple of a decimal step :math:`q = 10^{-d}`
     (probabilities rounded to ``d`` decimals, each off by at most :math:`q / 2`)."""
     return prob_sum_atol(values.dtype) + values.shape[1] * _decimal_step(values) / 2
