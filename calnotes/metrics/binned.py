@@ -217,8 +217,19 @@ def _classwise(
 
 def _weighted_classwise(p: torch.Tensor, y: torch.Tensor, w: torch.Tensor, edges: torch.Tensor,
                         n_bins: int, from_numpy: bool) -> torch.Tensor | float:
-    """:func:`_classwise` with weights: cell ``(k, bin)`` sums ``w_i``, ``w_i p_ik`` and
-    ``w_i 1[y_i = k]``."""
+    """:func:`_classwise` with weights, from :func:`_weighted_classwise_sums`."""
+    c = p.shape[1]
+    w_m, sum_v, sum_t = _weighted_classwise_sums(p, y, w, edges, n_bins)
+    per_class = weighted_error(w_m.view(c, n_bins), sum_v.view(c, n_bins),
+                               sum_t.view(c, n_bins), "l1")
+    return _scalar(per_class.mean(), p.dtype, from_numpy)
+
+
+def _weighted_classwise_sums(p: torch.Tensor, y: torch.Tensor, w: torch.Tensor,
+                             edges: torch.Tensor, n_bins: int,
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per cell ``(k, bin)`` (flat, ``(C M,)``, in ``w``'s dtype) the sums of ``w_i``,
+    ``w_i p_ik`` and ``w_i 1[y_i = k]``; ``edges`` shared ``(M+1,)`` or per class."""
     n, c = p.shape
     offsets = n_bins * torch.arange(c, device=p.device)
     shape = (c * n_bins,)
@@ -234,9 +245,7 @@ def _weighted_classwise(p: torch.Tensor, y: torch.Tensor, w: torch.Tensor, edges
         sum_v = sum_v.index_add(0, flat.reshape(-1), (block.to(w.dtype) * w_rows).reshape(-1))
         hit = flat.gather(1, y_block.unsqueeze(1)).squeeze(1)
         sum_t = sum_t.index_add(0, hit, w_block)
-    per_class = weighted_error(w_m.view(c, n_bins), sum_v.view(c, n_bins),
-                               sum_t.view(c, n_bins), "l1")
-    return _scalar(per_class.mean(), p.dtype, from_numpy)
+    return w_m, sum_v, sum_t
 
 
 def classwise_ece(

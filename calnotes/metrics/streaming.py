@@ -46,6 +46,7 @@ from calnotes.metrics._weights import (
     weighted_quantile_edges,
     weighted_sums,
 )
+from calnotes.metrics.binned import _weighted_classwise_sums
 from calnotes.metrics.smooth import SECE_METHODS, _sece_of
 
 _F64 = torch.float64
@@ -258,12 +259,7 @@ class StreamingClasswiseECE(StreamingMetric):
                                  f"{self.n_classes} classes")
             w = _weights(weight, n, p.device)
             edges = _uniform_edges(self.n_bins, p.dtype, p.device)
-            flat = _bin_index(p, edges) + self.n_bins * torch.arange(c, device=p.device)
-            w_rows = w.unsqueeze(1).expand_as(p).reshape(-1)
-            zeros = torch.zeros(c * self.n_bins, dtype=_F64, device=p.device)
-            w_m = zeros.index_add(0, flat.reshape(-1), w_rows)
-            sum_v = zeros.index_add(0, flat.reshape(-1), p.to(_F64).reshape(-1) * w_rows)
-            sum_t = zeros.index_add(0, flat.gather(1, y.unsqueeze(1)).squeeze(1), w)
+            w_m, sum_v, sum_t = _weighted_classwise_sums(p, y, w, edges, self.n_bins)
         return {"weight": w_m, "sum_v": sum_v, "sum_t": sum_t}, {}, p.dtype, from_numpy
 
     def _value(self, sums: dict[str, torch.Tensor], cats: dict[str, torch.Tensor]
