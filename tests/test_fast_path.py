@@ -276,6 +276,7 @@ def test_equivalence_row_hand_case() -> None:
     row = equivalence_row(fast, base, margin=0.5)
     half = 2.919986 * 0.1 / np.sqrt(3)
     assert row["difference"] == pytest.approx(0.2)
+    assert row["sd_difference"] == pytest.approx(0.1)
     assert (row["low"], row["high"]) == pytest.approx((0.2 - half, 0.2 + half), rel=1e-5)
     assert row["equivalent"] is True
     assert equivalence_row(fast, base, margin=0.3)["equivalent"] is False  # 0.369 > 0.3

@@ -66,8 +66,8 @@ def margin_from_sd(values: Sequence[float], fraction: float) -> float:
 def equivalence_row(fast: Sequence[float], base: Sequence[float], margin: float,
                     alpha: float = 0.05) -> dict[str, Any]:
     """TOST of paired ``fast - base`` against ``margin`` at level ``alpha``: the mean
-    difference, its ``1 - 2 alpha`` interval, the two one-sided p values and
-    ``equivalent`` (both below ``alpha``)."""
+    difference, its ``1 - 2 alpha`` interval, the standard deviation of the differences,
+    the two one-sided p values and ``equivalent`` (both below ``alpha``)."""
     if not margin > 0 or not math.isfinite(margin):
         raise ValueError(f"margin must be a positive number, got {margin}")
     if not 0 < alpha < 0.5:
@@ -82,8 +82,8 @@ def equivalence_row(fast: Sequence[float], base: Sequence[float], margin: float,
         p_low = float(sps.t.sf((effect.estimate + margin) / se, n - 1))   # H0: d <= -margin
         p_high = float(sps.t.cdf((effect.estimate - margin) / se, n - 1))  # H0: d >= +margin
     return {"n": n, "difference": effect.estimate, "low": effect.low, "high": effect.high,
-            "margin": float(margin), "p_lower": p_low, "p_upper": p_high,
-            "equivalent": bool(p_low < alpha and p_high < alpha)}
+            "sd_difference": se * math.sqrt(n), "margin": float(margin), "p_lower": p_low,
+            "p_upper": p_high, "equivalent": bool(p_low < alpha and p_high < alpha)}
 
 
 # --------------------------------------------------------------------------- the declaration
