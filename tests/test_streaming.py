@@ -167,6 +167,21 @@ def test_bad_input_names_the_argument():
         S.as_torchmetric(M.ece)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_equal_mass_bins_of_float32_input_as_the_functional_metric(weighted):
+    # two adjacent float32 confidences: the 3-bin edge between them (2/3 of the way)
+    # rounds onto the upper one in float32, where ece() bins; binned in float64 instead,
+    # the upper one fell in the next bin (0.62 against 0.5). Same bins: identical sums.
+    a = np.float32(0.7)
+    conf = np.array([0.55, 0.6, a, np.nextafter(a, np.float32(1)), 0.95], dtype=np.float32)
+    p = torch.from_numpy(np.stack([1 - conf, conf], 1))
+    y = torch.tensor([0, 0, 1, 0, 0])
+    kwargs = {"sample_weight": torch.ones(5)} if weighted else {}
+    metric = S.StreamingECE(n_bins=3, binning="quantile")
+    metric.update(p, y, **kwargs)
+    assert float(metric.compute()) == float(M.ece(p, y, n_bins=3, binning="quantile", **kwargs))
+
+
 @pytest.mark.parametrize("make", [
     lambda m: S.StreamingECE(n_bins=m), lambda m: S.StreamingMCE(n_bins=m),
     lambda m: S.StreamingClasswiseECE(n_classes=3, n_bins=m)])

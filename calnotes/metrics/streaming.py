@@ -12,7 +12,7 @@ batches (up to the order of float64 summation):
   :math:`\sum_i w_i`;
 * equal-mass bins (``binning="quantile"``) and :class:`StreamingSECE` need every
   confidence (their edges or kernel sums depend on all samples): they keep the top-label
-  confidences and correctness, two numbers per sample instead of ``C``.
+  confidences, correctness and weights, three numbers per sample instead of ``C``.
 
 States merge (:meth:`StreamingMetric.merge`, sums add and per-sample lists concatenate),
 and ``compute()`` all-reduces them across processes when ``torch.distributed`` is
@@ -220,7 +220,9 @@ class StreamingECE(StreamingMetric):
             edges = _quantile_edges(conf.unsqueeze(0), self.n_bins)[0]
         else:
             edges = weighted_quantile_edges(conf.unsqueeze(0), w, self.n_bins)[0]
-        idx = _bin_index(conf, edges)
+        # binned in the inputs' dtype, as ece() bins them (an edge between two adjacent
+        # float32 confidences rounds onto one of them there, not in float64)
+        idx = _bin_index(conf.to(self._dtype or _F64), edges)
         return weighted_error(*weighted_sums(idx, conf, correct, w, self.n_bins), self.norm)[0]
 
 
