@@ -33,6 +33,15 @@ def test_resolve_chapter_by_number_stem_and_slug():
         chapters.resolve_chapter(3)
 
 
+def test_appendices_with_a_smoke_parameter_are_pages():
+    appendix = chapters.resolve_chapter("pitfalls")
+    assert appendix.name == "appendix_pitfalls.md"
+    assert chapters.resolve_chapter("appendix_pitfalls") == appendix
+    assert appendix in chapters.appendix_paths()
+    assert chapters.page_paths()[:len(chapters.chapter_paths())] == chapters.chapter_paths()
+    assert all(p.stem.startswith("appendix_") for p in chapters.appendix_paths())
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("5", 5), ("0.5", 0.5), ("True", True), ("cuda", "cuda"), ("'cpu'", "cpu"),
@@ -80,7 +89,8 @@ def test_cli_rejects_unknown_parameter_before_running(capsys):
 def test_smoke_preparation_injects_parameters(tmp_path):
     assert chapters.main(["smoke", str(tmp_path)]) == 0
     notebooks = sorted(tmp_path.glob("*.ipynb"))
-    assert [p.stem for p in notebooks] == [p.stem for p in chapters.chapter_paths()]
+    assert [p.stem for p in notebooks] == sorted(p.stem for p in chapters.page_paths())
+    assert "appendix_pitfalls" in [p.stem for p in notebooks]  # appendices run in SMOKE too
     nb = json.loads(notebooks[0].read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert injected and "SMOKE = True" in "".join(injected[0]["source"])

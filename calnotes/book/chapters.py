@@ -20,7 +20,7 @@ Text after a ``;`` is a note for the reader: ``SUBSET = 0  # nonnegative int; 0:
 
 Command line (``python -m calnotes.book ...``)::
 
-    list                                    chapters and their parameters
+    list                                    chapters (and appendices) and their parameters
     run CHAPTER [-p NAME VALUE ...]         execute one chapter into _build/runs/
     smoke OUT_DIR                           write every chapter as .ipynb with SMOKE=True
     results [--preset NAME] [-p NAME VALUE ...]
@@ -54,8 +54,27 @@ def chapter_paths(book_dir: Path = BOOK_DIR) -> list[Path]:
     return sorted(p for p in book_dir.glob("[0-9][0-9]_*.md"))
 
 
+def appendix_paths(book_dir: Path = BOOK_DIR) -> list[Path]:
+    """The appendices that take a ``SMOKE`` parameter (``book/appendix_*.md``): run, listed
+    and smoke-tested like the chapters."""
+    paths = []
+    for path in sorted(book_dir.glob("appendix_*.md")):
+        try:
+            if "SMOKE" in parameters_of(read_chapter(path)):
+                paths.append(path)
+        except (ValueError, SyntaxError):
+            continue  # no parameters cell: a page without parameters is not run
+    return paths
+
+
+def page_paths(book_dir: Path = BOOK_DIR) -> list[Path]:
+    """The chapters, then the appendices of :func:`appendix_paths`."""
+    return chapter_paths(book_dir) + appendix_paths(book_dir)
+
+
 def resolve_chapter(name: str, book_dir: Path = BOOK_DIR) -> Path:
-    """Find a chapter by file name, stem, number (``01``) or slug (``measuring_calibration``)."""
+    """Find a chapter by file name, stem, number (``01``) or slug (``measuring_calibration``),
+    or an appendix by file name, stem or slug (``pitfalls`` for ``appendix_pitfalls``)."""
     if not isinstance(name, str):
         raise TypeError(f"chapter must be a string, got {type(name).__name__}")
     candidates = chapter_paths(book_dir)
@@ -64,6 +83,9 @@ def resolve_chapter(name: str, book_dir: Path = BOOK_DIR) -> Path:
         raise ValueError(f"chapter must be named; chapters are: {listing}")
     for path in candidates:
         if name in (path.name, path.stem, path.stem[:2], path.stem[3:]):
+            return path
+    for path in appendix_paths(book_dir):
+        if name in (path.name, path.stem, path.stem.removeprefix("appendix_")):
             return path
     listing = ", ".join(p.stem for p in candidates) or "(none)"
     raise ValueError(f"unknown chapter {name!r}; chapters are: {listing}")
@@ -379,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "list":
-            for path in chapter_paths():
+            for path in page_paths():
                 notebook = read_chapter(path)
                 domains = parameter_domains(notebook)
                 print(path.stem)
@@ -389,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             out = run_chapter(args.chapter, _collect(args.parameter), Path(args.out))
             print(f"executed notebook: {out}")
         elif args.command == "smoke":
-            paths = chapter_paths()
+            paths = page_paths()
             if not paths:
                 raise ValueError("no chapters found in book/")
             for path in paths:
