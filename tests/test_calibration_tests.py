@@ -172,3 +172,18 @@ def test_report_tables_of_tests_and_decomposition():
             row["miscalibration"].estimate - row["discrimination"].estimate
             + row["uncertainty"].estimate, rel=1e-12)
         assert all(iv.contains(iv.estimate) for iv in row)
+
+
+def test_asymptotic_skce_test_refuses_n_boot_beyond_the_draw_limit(monkeypatch):
+    """The spectral p-value draws an ``(n_boot, m)`` array: n_boot is bounded like the
+    bootstrap's (a limit lowered here so that the refused call would be cheap)."""
+    from calnotes.metrics import _common
+
+    probs = torch.full((20, 3), 1 / 3, dtype=torch.float64)
+    labels = torch.arange(20) % 3
+    monkeypatch.setattr(_common, "MAX_BOOT_DRAWS", 20 * 50)
+    metrics.skce_test(probs, labels, n_boot=50)  # n_boot * m at the limit: allowed
+    with pytest.raises(ValueError, match=r"n_boot=51 .*N=20.*limit is n_boot \* N <= 1e\+03"):
+        metrics.skce_test(probs, labels, n_boot=51)
+    with pytest.raises(ValueError, match=r"n_boot must be at most 1000000 \(the limit\)"):
+        metrics.skce_test(probs, labels, n_boot=_common.MAX_BOOT + 1)

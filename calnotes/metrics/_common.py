@@ -23,6 +23,21 @@ from calnotes._checks import (
 BINNINGS = ("uniform", "quantile")
 NORMS = ("l1", "l2", "max")
 
+#: Most resamples a bootstrap (or a resampled test) draws, and most values ``n_boot * N`` it
+#: draws at once (resampled int64 indices or float64 draws: 2 GB).
+MAX_BOOT = 1_000_000
+MAX_BOOT_DRAWS = 250_000_000
+
+
+def _check_draws(n_boot: int, n: int, what: str = "indices") -> None:
+    """Refuse ``n_boot`` resamples of ``n`` values each (``what``) beyond the limits above."""
+    if n_boot > MAX_BOOT:
+        raise ValueError(f"n_boot must be at most {MAX_BOOT} (the limit), got {n_boot}")
+    if n_boot * n > MAX_BOOT_DRAWS:
+        raise ValueError(
+            f"n_boot={n_boot} resamples of N={n} samples draw {n_boot * n:.3g} {what} "
+            f"(about {8 * n_boot * n / 1e9:.3g} GB); the limit is n_boot * N <= "
+            f"{MAX_BOOT_DRAWS:.3g}: use fewer resamples")
 
 
 # --------------------------------------------------------------------------- helpers

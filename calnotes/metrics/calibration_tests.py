@@ -30,6 +30,7 @@ from calnotes._checks import (
 from calnotes.metrics._common import (
     _bin_index,
     _check_bins,
+    _check_draws,
     _edges_for,
     _prepare,
     _top_label_checked,
@@ -220,6 +221,7 @@ def skce_test(
         p_value = (1 + np.sum(null_stats >= stat)) / (1 + n_boot)
         return CalibrationTest(stat, float(p_value), null, "consistency resampling")
     m = min(n, SKCE_SPECTRUM_MAX_N)
+    _check_draws(n_boot, m, "normal draws")  # the (n_boot, m) draws below
     sub = rng.choice(n, m, replace=False) if m < n else np.arange(n)
     ps = p[sub]
     r = (_null_labels(ps, rng) - ps).reshape(m, -1)

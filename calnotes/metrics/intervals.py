@@ -18,9 +18,12 @@ from calnotes._checks import (
     check_positive_int,
     check_probs,
 )
-from calnotes.metrics._common import (
+from calnotes.metrics._common import (  # the bootstrap's limits, kept importable here
+    MAX_BOOT,  # noqa: F401
+    MAX_BOOT_DRAWS,  # noqa: F401
     _bin_index,
     _calibration_error,
+    _check_draws,
     _top_label_checked,
     _uniform_edges,
     resolve_n_bins,
@@ -199,22 +202,6 @@ def interval_from_resamples(estimate: float, resampled: Any, level: float = 0.95
     low, high = _from_resamples(float(estimate), values, level, method)
     return BootstrapInterval(float(estimate), low, high, level,
                              values.size if n_boot is None else n_boot)
-
-
-#: Most resamples a bootstrap draws, and most resampled indices ``n_boot * N`` (int64: 2 GB).
-MAX_BOOT = 1_000_000
-MAX_BOOT_DRAWS = 250_000_000
-
-
-def _check_draws(n_boot: int, n: int) -> None:
-    """Refuse a bootstrap whose resampled indices would not fit the limits above."""
-    if n_boot > MAX_BOOT:
-        raise ValueError(f"n_boot must be at most {MAX_BOOT} (the limit), got {n_boot}")
-    if n_boot * n > MAX_BOOT_DRAWS:
-        raise ValueError(
-            f"n_boot={n_boot} resamples of N={n} samples draw {n_boot * n:.3g} indices "
-            f"(about {8 * n_boot * n / 1e9:.3g} GB); the limit is n_boot * N <= "
-            f"{MAX_BOOT_DRAWS:.3g}: use fewer resamples")
 
 
 def bootstrap_interval(
