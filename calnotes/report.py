@@ -39,7 +39,7 @@ import json
 import math
 import os
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +51,9 @@ import torch
 from . import metrics, plots
 from ._checks import (
     ArrayLike,
-    as_tensor,
     check_labels,
     check_logits,
     check_positive_int,
-    check_probs,
-    like_input,
-    prob_sum_atol,
 )
 from .calibrators import CALIBRATORS, Calibrator, TemperatureScaling
 from .evaluation import (
@@ -68,6 +64,9 @@ from .evaluation import (
     CalibrationComparison,
     compare_calibrators,
 )
+from .report_conformal import conformal_report, save_conformal_sets
+from .report_probs import check_not_probs, logits_from_probs, simplex_tolerance
+from .report_tests import calibration_tests
 
 __all__ = [
     "FILE_SUFFIXES",
@@ -150,78 +149,6 @@ def load_logits(
     except (TypeError, ValueError) as err:
         raise type(err)(f"{path}: {err}") from None
     return logits, labels
-
-
-#: Decimal steps ``10^-d`` that probabilities are commonly rounded to (d = 1..4).
-_DECIMALS = (1, 2, 3, 4)
-
-
-def _decimal_step(t: torch.Tensor) -> float:
-    """The largest step ``q = 10^-d`` of which every entry ``x`` of ``t`` is a multiple
-    ``r = q round(x / q)``, up to the relative rounding of ``t``'s dtype
-    (``|x - r| <= 2 eps |r|``); 0 when none is."""
-    x = t.detach().double()
-    eps = 2 * float(torch.finfo(t.dtype).eps)
-    for d in _DECIMALS:
-        s = 10.0 ** d
-        r = (x * s).round() / s
-        if bool(((x - r).abs() <= eps * r.abs()).all()):
-            return 1 / s
-    return 0.0
-
-
-def simplex_tolerance(values: torch.Tensor) -> float:
-    r"""How far a row of ``values (N, C)`` may sum from 1 and still be a row of
-    probabilities stored at the input's own precision: the dtype's rounding
-    (``calnotes._checks.prob_sum_atol``, e.g. about 0.008 for bfloat16) plus
-    :math:`C q / 2` when every entry is a multiple of a decimal step :math:`q = 10^{-d}`
-    (probabilities rounded to ``d`` decimals, each off by at most :math:`q / 2`)."""
-    return prob_sum_atol(values.dtype) + values.shape[1] * _decimal_step(values) / 2
-
-
-def _on_simplex(z: torch.Tensor) -> bool:
-    """Every entry in [0, 1] and every row summing to 1 within :func:`simplex_tolerance`."""
-    z = z.detach()
-    if not (bool((z >= 0).all()) and bool((z <= 1).all())):
-        return False
-    sums = z.double().sum(dim=1)
-    return bool(((sums - 1).abs() <= simplex_tolerance(z)).all())
-
-
-def check_not_probs(logits: ArrayLike, name: str = "logits") -> None:
-    """Raise ``ValueError`` when ``logits`` are probabilities: every entry in [0, 1] and
-    every row summing to 1 within the input's own precision (:func:`simplex_tolerance`:
-    its dtype, bfloat16 included, and its rounding to 1-4 decimals). Real logits do that
-    only by accident (their softmax is invariant to a shift, so nothing ties them to sum
-    1)."""
-    z, _ = check_logits(logits, name)
-    if _on_simplex(z):
-        raise ValueError(
-            f"{name} look like probabilities, not logits: every row is non-negative and sums "
-            f"to 1 (within {simplex_tolerance(z):.3g}, the precision of {z.dtype} values"
-            f"{_rounded_text(z)}). The report would take their softmax again and misread the "
-            f"model. Pass "
-            f"probabilities with --probs (probs=True in Python): their log is then used as "
-            f"the logits; or save the model's pre-softmax outputs as logits")
-
-
-def _rounded_text(z: torch.Tensor) -> str:
-    step = _decimal_step(z)
-    return f" rounded to {round(-math.log10(step))} decimals" if step else ""
-
-
-def logits_from_probs(probs: ArrayLike, name: str = "probs") -> ArrayLike:
-    r"""Logits whose softmax is ``probs``: :math:`z_{ik} = \ln \max(\hat p_{ik},
-    10^{-300})` in float64 with :math:`\hat p_{ik} = p_{ik} / \sum_c p_{ic}` (a
-    probability of exactly 0 becomes :math:`-691`, finite); numpy in, numpy out.
-    ``probs`` must be valid probabilities: rows non-negative, summing to 1 within their
-    own precision (:func:`simplex_tolerance`: bfloat16, or rounded to a few decimals)."""
-    t, from_numpy = as_tensor(probs, name)
-    if (t.ndim == 2 and torch.is_floating_point(t) and t.numel() and t.shape[1] >= 2
-            and _on_simplex(t)):
-        t = t.double() / t.double().sum(dim=1, keepdim=True)
-    p, _ = check_probs(t, name)  # its errors otherwise; a 1-d input becomes (N, 2)
-    return like_input(p.double().clamp(min=1e-300).log(), from_numpy)
 
 
 def load_pair(
@@ -593,86 +520,3 @@ def make_report(
                   n_classes=int(zv.shape[1]), intervals=intervals, gap=gap,
                   validation=validation, recommended=recommended, n_folds=n_folds,
                   n_boot=n_boot, tests=tests, decomposition=decomposition)
-
-
-def calibration_tests(
-    probs: Mapping[str, ArrayLike], labels: ArrayLike, *, n_bins: int | str = 15,
-    n_boot: int = 200, seed: int = 0,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Tests of top-label calibration and the CORP decomposition of each method's test
-    predictions (one row per name of ``probs``).
-
-    The tests' table holds Spiegelhalter's z and its p-value, the top-label SKCE and the
-    p-value of its asymptotic test, and the p-value of the binned consistency test of the
-    ECE (``n_bins`` bins, ``n_boot`` resamples); their common null is that each prediction
-    is right with probability its confidence. The decomposition's table holds
-    :class:`~calnotes.metrics.BootstrapInterval` s (debiased, ``n_boot`` resamples) of the
-    top-label Brier score :math:`\\frac1N\\sum_i (c_i - r_i)^2` and its miscalibration,
-    discrimination and uncertainty. CORP's miscalibration is measured on the samples its
-    isotonic fit was fitted to, so it leans upward (more the more steps the fit has); its
-    interval is the noise of the test samples around that, not around 0.
-    """
-    test_rows, parts = {}, {}
-    for name, p in probs.items():
-        z = metrics.spiegelhalter_test(p, labels)
-        k = metrics.skce_test(p, labels, mode="top-label", n_boot=n_boot, seed=seed)
-        c = metrics.consistency_test(p, labels, n_bins, n_boot=n_boot, seed=seed)
-        test_rows[name] = {"spiegelhalter_z": z.statistic, "spiegelhalter_p": z.p_value,
-                           "skce": k.statistic, "skce_p": k.p_value, "consistency_p": c.p_value}
-        q, y = _numpy(p), _numpy(labels)
-        rng = np.random.default_rng(seed)
-        draws = [metrics.score_decomposition(q[i], y[i], "brier")
-                 for i in (rng.integers(0, len(y), len(y)) for _ in range(n_boot))]
-        whole = metrics.score_decomposition(q, y, "brier")
-        parts[name] = {part: metrics.interval_from_resamples(
-            getattr(whole, part), [getattr(d, part) for d in draws], method="debiased")
-            for part in ("score", "miscalibration", "discrimination", "uncertainty")}
-    tests = pd.DataFrame.from_dict(test_rows, orient="index")
-    tests.index.name = "method"
-    decomposition = pd.DataFrame.from_dict(parts, orient="index")
-    decomposition.index.name = "method"
-    return tests, decomposition
-
-
-def conformal_report(val_logits: ArrayLike, val_labels: ArrayLike, test_logits: ArrayLike,
-                     test_labels: ArrayLike, alpha: float = 0.1,
-                     scores: Sequence[str] = ("lac", "aps", "raps"), *, probs: bool = False,
-                     level: float = 0.95) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """Split conformal sets of the test samples, calibrated on the validation samples
-    (:mod:`calnotes.conformal`; APS and RAPS randomized, seed 0): a table with one row per
-    score (test coverage, mean set size, share of empty sets, and the ``level`` band that
-    the guarantee gives the coverage) and the boolean sets ``(N_test, C)`` by score."""
-    from . import conformal as cf
-
-    if not isinstance(probs, bool):
-        raise TypeError(f"probs must be a bool, got {type(probs).__name__}")
-    alpha = cf.check_alpha(alpha)
-    zv, _ = check_logits(logits_from_probs(val_logits, "val_logits") if probs
-                         else val_logits, "val_logits")
-    zt, _ = check_logits(logits_from_probs(test_logits, "test_logits") if probs
-                         else test_logits, "test_logits")
-    pv, pt = torch.softmax(zv.double(), 1), torch.softmax(zt.double(), 1)
-    yt = torch.as_tensor(np.asarray(test_labels) if not isinstance(test_labels, torch.Tensor)
-                         else test_labels)
-    lo, hi = cf.coverage_band(int(pv.shape[0]), int(pt.shape[0]), alpha, level=level)
-    rows, sets_by_score = [], {}
-    for score in scores:
-        model = cf.SplitConformal(alpha, score, randomized=score != "lac")
-        sets = model.fit(pv, torch.as_tensor(np.asarray(val_labels) if not isinstance(
-            val_labels, torch.Tensor) else val_labels)).predict_sets(pt)
-        sets_by_score[score] = sets.cpu().numpy()
-        rows.append({"score": score.upper(), "coverage": cf.coverage(sets, yt),
-                     "size": cf.set_size(sets),
-                     "empty": float((sets.sum(dim=1) == 0).double().mean()),
-                     "band_low": lo, "band_high": hi})
-    return pd.DataFrame(rows).set_index("score"), sets_by_score
-
-
-def save_conformal_sets(sets: dict[str, np.ndarray], out_dir: str | os.PathLike) -> Path:
-    """Write :func:`conformal_report`'s sets as ``out_dir/conformal_sets.npz`` (one boolean
-    array ``(N_test, C)`` per score); returns the path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "conformal_sets.npz"
-    np.savez_compressed(path, **sets)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
-    return path
