@@ -120,3 +120,37 @@ def test_a_claim_without_seed_spread_is_refused(spec_store) -> None:
     spec, store = spec_store
     with pytest.raises(ValueError, match="no claim"):
         confirm.claim_seed_values(spec, "nothing-here", store)
+
+
+def _confirmatory_file(tmp_path: Path, planned: int) -> Path:
+    path = tmp_path / "XC.yaml"
+    path.write_text(CLAIMS.replace("arms:\n", "arms:\n  c-CE: {label: chXX, where: {loss: ce}, "
+                                   "seeds: [0, 1, 2, 3]}\n  c-Focal: {label: chXX, where: "
+                                   "{loss: focal}, seeds: [0, 1, 2, 3]}\n") + f"""
+  - id: c-focal-lowers-ece
+    phase: confirmatory
+    twin: focal-lowers-ece
+    sesoi: 0.5
+    planned_seeds: {planned}
+    claim: Focal loss lowers the ECE.
+    work: guo2017calibration
+    where: Table 1
+    test: {{a: c-Focal, b: c-CE, statistic: test_ece, scale: 100, unit: points,
+           direction: below}}
+""", encoding="utf-8")
+    return path
+
+
+def test_a_confirmatory_claim_short_of_its_planned_seeds_reads_no_verdict(
+        spec_store, tmp_path: Path) -> None:
+    _, store = spec_store
+    short = cl.evaluate_claims(_confirmatory_file(tmp_path, 6), store).set_index("id")
+    row = short.loc["c-focal-lowers-ece"]
+    assert math.isnan(row["estimate"]) and math.isnan(row["p"])
+    assert row["verdict"] == st.INCONCLUSIVE and row["n"] == 4
+    assert "4 of the 6 planned seeds" in row["evidence"]
+    # the same claim at its planned seeds is read as its twin is
+    full = cl.evaluate_claims(_confirmatory_file(tmp_path, 4), store).set_index("id")
+    assert full.loc["c-focal-lowers-ece", "estimate"] == pytest.approx(
+        full.loc["focal-lowers-ece", "estimate"])
+    assert full.loc["c-focal-lowers-ece", "verdict"] == full.loc["focal-lowers-ece", "verdict"]

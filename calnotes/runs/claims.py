@@ -822,6 +822,21 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                 rows[cid] = row
                 return row
             row["n_seeds"] = len(set(seeds))
+            planned = row["planned_seeds"]
+            if row["phase"] == "confirmatory" and 0 < row["n_seeds"] < planned:
+                # a declared design is read at its planned seeds only: no peeking at a
+                # replication half done, and no verdict that stopping early could choose
+                row.update(design="", n=row["n_seeds"], estimate=math.nan, low=math.nan,
+                           high=math.nan, detectable=math.nan,
+                           paper=math.nan if t.get("paper") is None else float(t["paper"]),
+                           null=float(t["null"]), direction=t["direction"], unit=t["unit"],
+                           verdict=st.INCONCLUSIVE, verdict_raw=st.INCONCLUSIVE,
+                           declared=_declared(Path(spec["path"]), cid, runs),
+                           evidence=f"Under way: {row['n_seeds']} of the {planned} planned "
+                                    f"seeds are stored; as declared, no estimate or verdict is "
+                                    f"read before the last.")
+                rows[cid] = row
+                return row
         eff = eff.scaled(float(t["scale"]))
         paper = t.get("paper")
         v = st.verdict(eff.low, eff.high, t["direction"], float(t["null"]),
