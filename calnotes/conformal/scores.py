@@ -64,7 +64,7 @@ def class_scores(probs: Any, score: str = "aps", *, randomized: bool = False,
                  generator: torch.Generator | None = None) -> Any:
     """The conformity score of every class, shape ``(N, C)`` float64.
 
-    ``score`` is one of :data:`SCORES`; ``k_reg`` and ``lam`` are RAPS's penalty (ignored
+    ``score`` is one of ``SCORES``; ``k_reg`` and ``lam`` are RAPS's penalty (ignored
     by LAC and APS); ``randomized`` draws APS/RAPS's ``u`` from ``generator``.
     """
     p, numpy_out = _probs_2d(probs)

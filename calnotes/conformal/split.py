@@ -70,7 +70,7 @@ class SplitConformal:
     """Split conformal classifier: ``fit`` on calibration probabilities and labels,
     ``predict_sets`` gives boolean ``(N, C)`` sets.
 
-    ``score``: one of :data:`~calnotes.conformal.scores.SCORES`; ``mondrian``: one
+    ``score``: one of ``calnotes.conformal.SCORES``; ``mondrian``: one
     threshold per class; ``randomized`` APS/RAPS draw ``u`` from a generator seeded with
     ``seed`` (calibration and prediction draw separately). ``k_reg=None`` for RAPS is
     :func:`raps_k_reg` on the calibration data.

@@ -202,7 +202,7 @@ def skce_test(
       :math:`Z_j` standard normal and :math:`\lambda_j` the eigenvalues of the kernel
       :math:`h((p,y),(p',y')) = k(p,p')\langle e_y - p, e_{y'} - p'\rangle`; they are
       estimated by the eigenvalues of :math:`H/m` on (a seeded subsample of at most
-      :data:`SKCE_SPECTRUM_MAX_N` of) the samples, with labels drawn under the null, and
+      ``SKCE_SPECTRUM_MAX_N`` of) the samples, with labels drawn under the null, and
       the p-value by ``n_boot`` draws of the sum.
     * ``method="bootstrap"``: consistency resampling; ``n_boot`` label sets drawn under the
       null with the predictions fixed, the p-value :math:`(1 + \#\{T^* \ge T\})/(1 +

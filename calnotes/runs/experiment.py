@@ -464,7 +464,7 @@ class RunResult:
     and ``threads`` the intra-op CPU threads training used (None off the CPU).
     ``model`` is the trained model (not stored by the run store). ``fast_path`` is the
     trainer's precision, layout and compile setting
-    (:meth:`calnotes.training.fast_path.FastPath.as_provenance`).
+    (``FastPath.as_provenance``).
     """
 
     config: dict[str, Any]

@@ -5,14 +5,14 @@ Each of ``amp``, ``channels_last`` and ``compile`` is ``"auto"``, ``True`` or ``
 * ``amp=True``: the training forward runs under bfloat16 autocast (CPU or CUDA); the
   loss, the gradients' accumulation into the float32 parameters, the optimizer state,
   every validation and the logits a run stores stay float32. ``"auto"``: on the CPU,
-  bfloat16 only where :func:`~calnotes.training.devices.bf16_capable` (AMX or AVX-512
+  bfloat16 only where ``calnotes.training.devices.bf16_capable`` (AMX or AVX-512
   BF16, and torch dispatching AVX-512 kernels) *and* the run's regime
-  (:func:`regime_key`) is in :data:`PILOT_PASSED`, the regimes whose paired pilot showed
+  (``regime_key``) is in :data:`PILOT_PASSED`, the regimes whose paired pilot showed
   test error, ECE and NLL (and a meta run's gamma) equivalent to float32 within declared
   margins; float32 everywhere else, and on CUDA (where a config's ``amp`` decides).
 * ``channels_last=True``: NHWC weights and activations (oneDNN's native CPU layout).
   ``"auto"``: on with bfloat16 autocast on the CPU, else the float32 policy
-  :func:`_nhwc_pays` (LeNet-5 yes, batch-norm networks no).
+  ``_nhwc_pays`` (LeNet-5 yes, batch-norm networks no).
 * ``compile=True``: ``torch.compile`` of the model's forward, its inductor cache kept per
   architecture (:func:`compile_cache_dir`) so later runs of that architecture skip most
   of the compiling. ``"auto"``: only for regimes in :data:`COMPILE_PAYS` (empty: the
@@ -42,7 +42,7 @@ __all__ = ["COMPILE_PAYS", "PILOT_PASSED", "SETTINGS", "FastPath", "check_settin
 #: The values each of ``amp``, ``channels_last`` and ``compile`` may take.
 SETTINGS = ("auto", True, False)
 
-#: Regimes (:func:`regime_key`) whose equivalence pilot passed on every measure: there
+#: Regimes (``regime_key``) whose equivalence pilot passed on every measure: there
 #: ``amp="auto"`` trains in bfloat16 on a bf16-capable CPU. Empty until a pilot passes
 #: (the pilot and its verdict: the book's appendix on the fast path).
 PILOT_PASSED: frozenset[str] = frozenset()
@@ -55,7 +55,7 @@ _USER_CACHE = "TORCHINDUCTOR_CACHE_DIR" in os.environ
 
 
 def check_setting(value: Any, name: str) -> str | bool:
-    """``value`` as one of :data:`SETTINGS` (``None`` means ``"auto"``); ``TypeError`` for
+    """``value`` as one of ``SETTINGS`` (``None`` means ``"auto"``); ``TypeError`` for
     anything else, naming ``name``."""
     if value is None or (isinstance(value, str) and value == "auto"):
         return "auto"

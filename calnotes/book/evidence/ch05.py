@@ -90,7 +90,7 @@ def ece_over_bins(run: Any, index: Any = None, bins: Any = BIN_COUNTS, binning: 
 def mce_over_bins(run: Any, index: Any = None, bins: Any = BIN_COUNTS, binning: str = "width",
                   temperature: Any = None) -> float:
     """``mean_b MCE_b`` over the bin counts ``bins`` (``temperature`` as
-    :func:`ece_over_bins`)."""
+    ``ece_over_bins``)."""
     return _over_bins("mce", run, index, bins, binning, temperature)
 
 
@@ -128,7 +128,7 @@ def ece_bin_growth(run: Any, index: Any = None, low: int = BIN_COUNTS[0],
                    high: int = BIN_COUNTS[-1], binning: str = "width",
                    temperature: Any = None) -> float:
     """``ECE_high - ECE_low``: how much the binned ECE grows as the bins go from ``low`` (10)
-    to ``high`` (1000), Figure 5's growth (``temperature`` as :func:`ece_over_bins`)."""
+    to ``high`` (1000), Figure 5's growth (``temperature`` as ``ece_over_bins``)."""
     return _bin_growth("ece", run, index, low, high, binning, temperature)
 
 

@@ -50,7 +50,7 @@ def shift_rank_transfer(seeds: Sequence[int] = (0, 1, 2), metric: str = "ece",
                         shift: str = "rotate", level: float = 60,
                         store: RunStore | None = None, **options: Any) -> np.ndarray:
     """Per seed, :func:`calnotes.runs.shift.rank_transfer` over every method of
-    :data:`calnotes.runs.shift.SHIFT_METHODS`, on the stored runs of the chapter's
+    ``calnotes.runs.shift.SHIFT_METHODS``, on the stored runs of the chapter's
     :data:`BASE` recipe."""
     runs = RunStore() if store is None else store
     values = []
@@ -62,7 +62,7 @@ def shift_rank_transfer(seeds: Sequence[int] = (0, 1, 2), metric: str = "ece",
 
 
 def trained_methods(seeds: Sequence[int] = (0, 1, 2), store: RunStore | None = None) -> list[str]:
-    """The methods of :data:`calnotes.runs.shift.SHIFT_METHODS` whose stored runs of every seed
+    """The methods of ``calnotes.runs.shift.SHIFT_METHODS`` whose stored runs of every seed
     of ``seeds`` trained (:func:`calnotes.runs.verdicts.did_not_train` on their test logits:
     accuracy clear of chance, finite logits), in the table's order."""
     runs = RunStore() if store is None else store
@@ -78,7 +78,7 @@ def trained_methods(seeds: Sequence[int] = (0, 1, 2), store: RunStore | None = N
 def shift_rank_transfer_trained(seeds: Sequence[int] = (0, 1, 2), metric: str = "ece",
                                 shift: str = "rotate", level: float = 60,
                                 store: RunStore | None = None, **options: Any) -> np.ndarray:
-    """:func:`shift_rank_transfer` over the methods that trained (:func:`trained_methods`): a
+    """``shift_rank_transfer`` over the methods that trained (:func:`trained_methods`): a
     method that did not train leaves the ranking."""
     runs = RunStore() if store is None else store
     names = trained_methods(seeds, runs)
