@@ -351,9 +351,10 @@ def debiased_l2_ce(
     (ties at an edge go to the lower bin). Computed in float64.
 
     Convention: ``uncertainty-calibration``'s ``get_calibration_error(probs, labels, p=2,
-    debias=True)`` gives the same number when its inputs are continuous; when fewer than
-    ``N/4`` distinct values occur (the output of a binning calibrator) it switches to one bin
-    per distinct value, which this function does not. ``n_bins`` equal to the number of
+    debias=True)`` gives the same number when its inputs are continuous; when every column
+    of ``probs`` holds fewer than ``N/4`` distinct values (the output of a binning
+    calibrator; it reads the columns even in top-label mode) it switches to one bin per
+    distinct value, which this function does not. ``n_bins`` equal to the number of
     distinct values does *not* reproduce that (equal-count groups cut through runs of tied
     values, and ties then go to the lower bin, as for values {0.1 x4, 0.5 x20, 0.9 x4} with
     ``n_bins=3``); ``n_bins`` at least N does, since every distinct value then gets a bin
