@@ -8,7 +8,7 @@ ARGS ?=
 DEVICE ?= auto
 PRESET ?=
 
-.PHONY: help setup data fonts test test-unit test-chapters test-reruns test-cluster book check-book run results bench lint clean
+.PHONY: help setup data fonts test test-unit test-chapters test-reruns test-cluster book check-book run results bench lint times clean
 
 help:
 	@echo "make book      execute every chapter (default parameters) and build _build/html"
@@ -39,7 +39,8 @@ test-unit: setup data
 test-chapters: setup data
 	rm -rf _build/smoke
 	$(PY) -m calnotes.book smoke _build/smoke
-	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env _build/smoke
+	$(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env _build/smoke \
+	  --junitxml=_build/smoke-junit.xml
 
 # Every chapter at SMOKE size with other parameters, as a reader reruns it (the tests
 # marked `chapters`, which test-unit leaves out; .ci/run runs them on a second kernel family).
@@ -83,6 +84,12 @@ results: setup data
 
 bench: setup data
 	$(PY) benchmarks/run_all.py
+
+# The pages' execution times of the last `make test` and `make book` (SMOKE cells from the
+# JUnit report, the book's parameters from Jupyter Book's execution cache), with the machine
+# and commit, into book/chapter_times.json: the chapters' "In this chapter" boxes quote them.
+times: setup
+	$(PY) tools/chapter_times.py
 
 lint: setup
 	$(VENV)/bin/ruff check calnotes tests benchmarks

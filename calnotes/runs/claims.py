@@ -822,7 +822,7 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                 rows[cid] = row
                 return row
             row["n_seeds"] = len(set(seeds))
-            planned = row["planned_seeds"]
+            planned = int(row["planned_seeds"] or 0)
             if row["phase"] == "confirmatory" and 0 < row["n_seeds"] < planned:
                 # a declared design is read at its planned seeds only: no peeking at a
                 # replication half done, and no verdict that stopping early could choose
