@@ -821,9 +821,10 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                            evidence=str(missing) + ".")
                 rows[cid] = row
                 return row
-            row["n_seeds"] = len(set(seeds))
+            n_seeds = len(set(seeds))
+            row["n_seeds"] = n_seeds
             planned = int(row["planned_seeds"] or 0)
-            if row["phase"] == "confirmatory" and 0 < row["n_seeds"] < planned:
+            if row["phase"] == "confirmatory" and 0 < n_seeds < planned:
                 # a declared design is read at its planned seeds only: no peeking at a
                 # replication half done, and no verdict that stopping early could choose
                 row.update(design="", n=row["n_seeds"], estimate=math.nan, low=math.nan,
