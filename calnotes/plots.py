@@ -514,8 +514,34 @@ def _standardized(df: Any, column: str) -> Any:
     return sign * (df[column].astype(float) - df["null"].astype(float)) / half
 
 
+#: The book's text column at a 1280 px window (740 px) and the height of a figure a
+#: 900 px window shows whole (less the page header), in inches at the book's 110 dpi.
+PAGE_WIDTH = 6.7
+SCREEN_HEIGHT = 7.6
+
+
+#: The smallest row of a forest plot, in inches: 19 px at 110 dpi, for 8-point labels.
+FOREST_MIN_ROW = 0.17
+
+
+def _forest_height(n_rows: int, n_panels: int, max_height: float) -> float:
+    """The height in inches of a forest plot of ``n_rows`` claims in ``n_panels`` panels:
+    0.9 in for the legend, 0.6 in per panel for its axis, and 0.32 in per row, or as much
+    as ``max_height`` leaves, down to ``FOREST_MIN_ROW``."""
+    max_height = check_positive_float(max_height, "max_height")
+    fixed = 0.9 + 0.6 * n_panels
+    row = min(0.32, (max_height - fixed) / n_rows)
+    if row < FOREST_MIN_ROW:
+        fit = max(0, int((max_height - fixed) // FOREST_MIN_ROW))
+        raise ValueError(
+            f"max_height: {n_rows} claims in {n_panels} panel(s) need "
+            f"{fixed + FOREST_MIN_ROW * n_rows:.1f} in, more than {max_height} in; plot at "
+            f"most {fit} claims in one figure, or split them over several")
+    return fixed + row * n_rows
+
+
 def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
-                width: float = 7.5) -> Any:
+                width: float = 7.5, max_height: float = SCREEN_HEIGHT) -> Any:
     """Forest plot of claims' effects: one row per claim with an interval (a table of
     :func:`calnotes.runs.claims.evaluate_claims`, or records with the same columns), the
     95% interval as a bar coloured by verdict, the estimate as a dot, the reported effect
@@ -525,6 +551,12 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
     claims on one axis: the effect oriented so that the claimed side is positive, divided
     by the half-width of its interval (each interval is then ``x ± 1`` and clears zero on
     the claimed side when ``x > 1``). Returns the figure.
+
+    The figure is at most ``max_height`` inches tall (default ``SCREEN_HEIGHT``, what a
+    screen shows whole): each claim gets a row of 0.32 in, fewer when that would be taller,
+    down to ``FOREST_MIN_ROW`` (0.17 in, the 8-point labels still apart). Claims that do
+    not fit even then raise a ``ValueError`` that says how many rows do, so that they can
+    be split over several figures.
     """
     df = _claims_with_intervals(table, _FOREST_COLUMNS)
     if label not in df.columns:
@@ -537,7 +569,8 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
     groups = list(dict.fromkeys(df["unit"]))
     heights = [max(1, int((df["unit"] == u).sum())) for u in groups]
     fig, axes = plt.subplots(len(groups), 1, squeeze=False,
-                             figsize=(width, 0.9 + 0.32 * sum(heights) + 0.6 * len(groups)),
+                             figsize=(width, _forest_height(sum(heights), len(groups),
+                                                            max_height)),
                              gridspec_kw={"height_ratios": heights})
     for ax, unit in zip(axes[:, 0], groups, strict=True):
         part = df[df["unit"] == unit].iloc[::-1]
@@ -561,11 +594,6 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
                bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
     return fig
-
-#: The book's text column at a 1280 px window (740 px) and the height of a figure a
-#: 900 px window shows whole (less the page header), in inches at the book's 110 dpi.
-PAGE_WIDTH = 6.7
-SCREEN_HEIGHT = 7.6
 
 
 def grid_figsize(nrows: int, ncols: int, *, aspect: float = 0.9, row_pad: float = 0.6,

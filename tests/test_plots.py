@@ -304,3 +304,50 @@ def test_value_by_confidence_draws_each_groups_mean_per_equal_mass_bin(predictio
     with pytest.raises(ValueError, match="one value per sample"):
         plots.value_by_confidence(values[:-1], probs, labels)
     plt.close("all")
+
+
+def _forest_records(n: int, units: tuple[str, ...] = ("points", "labels", "ratio")) -> list:
+    """``n`` claims with intervals, spread over ``units`` (one panel each)."""
+    return [{"claim": f"claim {i}: method {i} lowers the error of method {i + 1}",
+             "estimate": -1.0 + 0.1 * i, "low": -2.0 + 0.1 * i, "high": 0.1 * i,
+             "paper": -1.5, "null": 0.0, "direction": "below", "unit": units[i % len(units)],
+             "verdict": "reproduces" if i % 2 else "inconclusive"} for i in range(n)]
+
+
+def test_forest_plot_fits_a_screen_with_labels_apart() -> None:
+    import io
+
+    from PIL import Image
+
+    from calnotes.plots import FOREST_MIN_ROW, SCREEN_HEIGHT
+
+    # a few claims keep rows of 0.32 in: 0.9 in of legend and 0.6 in per panel
+    small = plots.forest_plot(_forest_records(4, ("points",)))
+    assert small.get_figheight() == pytest.approx(0.9 + 0.6 + 4 * 0.32)
+    # 24 claims in 3 panels took 0.9 + 1.8 + 24 * 0.32 = 10.4 in; now one screen, and the
+    # PNG the book shows (110 dpi, tight box) is no taller than the screen in pixels
+    for n in (24, 27):
+        fig = plots.forest_plot(_forest_records(n))
+        assert fig.get_figheight() <= SCREEN_HEIGHT + 1e-9
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        assert Image.open(buf).size[1] <= SCREEN_HEIGHT * 110
+        # every claim keeps a row of FOREST_MIN_ROW or more: its label clears the next one
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            boxes = sorted((t.get_window_extent(renderer) for t in ax.get_yticklabels()),
+                           key=lambda b: b.y0)
+            assert len(boxes) == n // 3
+            gaps = [up.y0 - low.y1 for low, up in zip(boxes[:-1], boxes[1:], strict=True)]
+            assert min(gaps) > 0
+            centres = np.diff([(b.y0 + b.y1) / 2 for b in boxes])
+            assert centres.min() >= FOREST_MIN_ROW * fig.dpi * 0.99
+        plt.close(fig)
+    # more claims than fit at FOREST_MIN_ROW: the error says how many do
+    fit = int((SCREEN_HEIGHT - 0.9 - 1.8) // FOREST_MIN_ROW)
+    with pytest.raises(ValueError, match=rf"max_height: 60 claims in 3 panel.*at most {fit} "):
+        plots.forest_plot(_forest_records(60))
+    with pytest.raises(ValueError, match="max_height"):
+        plots.forest_plot(_forest_records(3), max_height=0)
+    plt.close("all")
