@@ -535,8 +535,8 @@ def conformance_table(probs: Any, labels: Any, *, n_bins: int = 15,
     tolerance; ``explained``: the residual is; ``unexplained``; ``other quantity``: the
     peer measures something else; ``not available``: the peer is missing or does not
     import, ``explanation`` then says why) and ``convention`` with its ``explanation``
-    from :data:`CONVENTIONS`. ``peers`` and ``metric_names`` (keys of
-    :data:`CALNOTES_METRICS`) restrict the table; only what it shows is computed.
+    from ``CONVENTIONS``. ``peers`` and ``metric_names`` (keys of
+    ``CALNOTES_METRICS``) restrict the table; only what it shows is computed.
     """
     wanted = set(metric_names or CALNOTES_METRICS)
     if not wanted <= set(CALNOTES_METRICS):
