@@ -141,26 +141,30 @@ def load_times(path: str | os.PathLike = TIMES_PATH) -> dict[str, Any]:
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
-        return "not measured yet"
+        return "an unmeasured time"
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def rerun_glue(page: str, path: str | os.PathLike = TIMES_PATH) -> dict[str, str]:
-    """Texts for a page's "In this chapter" box, keyed ``<NN>_rerun_smoke``,
-    ``<NN>_rerun_book`` and ``<NN>_rerun_where`` (``NN`` the page's two-digit number, or
-    its stem for an appendix): the measured times and the machine and date of the
-    measurement, or "not measured yet"."""
+    """``{"<NN>_rerun": sentence}`` for a page's "In this chapter" box (``NN`` the
+    chapter's two-digit number as ``chNN``, or the stem of an appendix): its measured times
+    at SMOKE size and at the book's parameters, with the machine and date of the
+    measurement, or a sentence saying that none is recorded yet."""
     if not isinstance(page, str) or _stem_of(page + ".ipynb") != page:
         raise ValueError(f"page must be a page stem such as '02_diagnosing_miscalibration', "
                          f"got {page!r}")
     data = load_times(path)
-    row = data.get("pages", {}).get(page, {})
-    machine = data.get("machine", {})
-    key = f"ch{page[:2]}" if page[:2].isdigit() else page
+    row = data.get("pages", {}).get(page)
+    key = f"ch{page[:2]}_rerun" if page[:2].isdigit() else f"{page}_rerun"
+    if not row:
+        return {key: "Its rerun times are recorded each time the book is built and tested "
+                     "(make times); none is recorded for it yet."}
+    machine = data["machine"]
     where = (f"{machine.get('cores', '?')} cores of {machine.get('cpu_model') or 'a CPU'}, "
-             f"{data['measured_utc'][:10]}" if data else "not measured yet")
-    return {f"{key}_rerun_smoke": _duration(row.get("smoke_seconds")),
-            f"{key}_rerun_book": _duration(row.get("book_seconds")),
-            f"{key}_rerun_where": where}
+             f"{data['measured_utc'][:10]}")
+    return {key: f"Rerunning it took {_duration(row.get('smoke_seconds'))} at SMOKE size and "
+                 f"{_duration(row.get('book_seconds'))} at the book's parameters, reading "
+                 f"the stored runs (measured when the book was last built and tested, on "
+                 f"{where})."}
