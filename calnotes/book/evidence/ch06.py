@@ -24,9 +24,10 @@ from calnotes.runs import shift as shifts
 from calnotes.runs.claims import register_measure, register_study
 from calnotes.runs.experiment import default_config
 from calnotes.runs.store import RunStore, StoredRun
-from calnotes.runs.verdicts import did_not_train
+from calnotes.runs.verdicts import CHANCE_MARGIN, did_not_train
 
-__all__ = ["BASE", "ensemble_growth", "exercise_runs", "level_table", "shift_ece",
+__all__ = ["BASE", "CLAIMS_GLUED", "claims_glue", "ensemble_growth", "exercise_runs",
+           "level_table", "shift_ece",
            "shift_rank_transfer", "shift_rank_transfer_trained",
            "shifted_temperature_table", "trained_methods"]
 
@@ -160,3 +161,46 @@ def ensemble_growth(run: StoredRun, sizes: Sequence[int], shift: str, level: flo
     frame = pd.DataFrame(rows).T
     frame.index.name = "members"
     return frame
+
+
+#: The claims whose estimate and interval the chapter's prose quotes.
+CLAIMS_GLUED = ("degrade-ce", "degrade-ce-roll", "degrade-logitnorm", "ts-iid",
+                "ts-vs-ensemble-shift", "ensemble-vs-ce", "ensemble-vs-ls",
+                "iid-does-not-transfer")
+
+
+def claims_glue(claims: pd.DataFrame, seeds: Sequence[int] = (0, 1, 2),
+                store: RunStore | None = None) -> dict[str, Any]:
+    """The numbers the chapter's claims section quotes, keyed by their glue names, from
+    its claims table (``claims``, one row per claim ``id``) and the stored runs at the
+    chapter's own parameters: the seeds of the paired claims, LogitNorm's mean test
+    accuracy (%) over ``seeds``, each claim of ``CLAIMS_GLUED``'s estimate and interval,
+    LogitNorm's degradation as text (or "no interval"), the chance margin of the
+    did-not-train rule (%), and the methods the ranking claim keeps (those that trained)."""
+    if not isinstance(claims, pd.DataFrame) or "id" not in claims.columns:
+        raise ValueError("claims must be a claims table with an 'id' column")
+    effects = claims.set_index("id")
+    missing = [c for c in (*CLAIMS_GLUED, "degrade-ce") if c not in effects.index]
+    if missing:
+        raise ValueError(f"claims lacks the claims {missing}")
+    store = RunStore() if store is None else store
+    logitnorm = [store.load(shifts.method_config("LogitNorm", BASE, s)) for s in seeds]
+    out: dict[str, Any] = {
+        "ch06_claim_seeds": int(effects.loc["degrade-ce", "n"]),
+        "ch06_logitnorm_acc": 100 * (1 - float(np.mean([r.metrics["test_error"]
+                                                         for r in logitnorm]))),
+    }
+    for claim_id in CLAIMS_GLUED:
+        key = claim_id.replace("-", "_")
+        for column in ("estimate", "low", "high"):
+            out[f"ch06_{key}_{column}"] = float(effects.loc[claim_id, column])
+    row = effects.loc["degrade-logitnorm"]
+    out["ch06_degrade_logitnorm_effect"] = (
+        f"{row['estimate']:+.1f} points, [{row['low']:+.1f}, {row['high']:+.1f}]"
+        if np.isfinite(row["estimate"]) else "no interval")
+    out["ch06_chance_margin"] = 100 * CHANCE_MARGIN
+    ranked = trained_methods(tuple(seeds), store)
+    out["ch06_n_ranked"] = len(ranked)
+    out["ch06_not_ranked"] = (", ".join(m for m in shifts.SHIFT_METHODS if m not in ranked)
+                              or "none")
+    return out
