@@ -35,6 +35,10 @@ ORDER = ["06", "02", "04", "03", "05"]
 
 def _commit(folders: list[Path], message: str) -> None:
     paths = [str(f.relative_to(REPO)) for f in folders]
+    status = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=REPO,
+                            capture_output=True, text=True, check=True)
+    if not status.stdout.strip():  # runs shared with a claim committed before: nothing new
+        return
     for attempt in range(20):
         add = subprocess.run(["git", "add", "--", *paths], cwd=REPO, capture_output=True,
                              text=True)
