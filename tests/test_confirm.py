@@ -65,6 +65,9 @@ def test_claim_seed_values_are_the_paired_differences_in_shown_units(spec_store)
     # one arm: the values themselves
     one = confirm.claim_seed_values(spec, "ce-above", store)
     assert [one[s] for s in range(4)] == pytest.approx([100 * x for x in ECE["ce"]])
+    # only the seeds asked for (a seed just trained), never one without its runs
+    assert confirm.claim_seed_values(spec, "focal-lowers-ece", store, [2, 9]) == \
+        pytest.approx({2: expected[2]})
 
 
 def test_arm_seed_cost_reads_provenance(spec_store) -> None:

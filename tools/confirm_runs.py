@@ -78,7 +78,7 @@ def main() -> None:
                     execute([config], label=label, store=store, backend="sequential",
                             device="cpu")
                     folders.add(store.load(config).path)
-                confirm.claim_seed_values(spec, c["id"], store)  # stores what it reads
+                confirm.claim_seed_values(spec, c["id"], store, [seed])  # stores what it reads
                 print(f"{ch} {c['id']} seed {seed}: done", flush=True)
                 if not args.no_commit:
                     _commit(sorted(folders), f"Confirmatory runs of chapter {ch}, seed {seed}, "

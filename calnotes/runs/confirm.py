@@ -53,14 +53,15 @@ def _arm_test_runs(spec: Mapping[str, Any], cid: str,
     return t, runs_a, runs_b
 
 
-def claim_seed_values(spec: Mapping[str, Any], cid: str,
-                      store: RunStore | None = None) -> dict[int, float]:
-    """``{seed: d_s}``: the claim's statistic per stored seed, in its shown units (the paired
-    effect for two arms), as the evaluator computes it."""
+def claim_seed_values(spec: Mapping[str, Any], cid: str, store: RunStore | None = None,
+                      seeds: Sequence[int] | None = None) -> dict[int, float]:
+    """``{seed: d_s}``: the claim's statistic per stored seed (only ``seeds`` if given), in
+    its shown units (the paired effect for two arms), as the evaluator computes it."""
     t, runs_a, runs_b = _arm_test_runs(spec, cid, store)
     arms = spec["arms"]
     opts_a = {**t["options"], **(arms[t["a"]].get("options") or {})}
-    seeds = sorted(runs_a if runs_b is None else set(runs_a) & set(runs_b))
+    seeds = sorted((set(runs_a) if runs_b is None else set(runs_a) & set(runs_b))
+                   & (set(runs_a) if seeds is None else {int(s) for s in seeds}))
     out: dict[int, float] = {}
     for s in seeds:
         a = cl.run_measure(t["statistic"], runs_a[s], **opts_a)
