@@ -3,6 +3,7 @@ the JSON fields of ``python -m calnotes claims --json``, and tools/compare_claim
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -120,9 +121,27 @@ def test_compare_claims_counts_by_claim_and_question(tmp_path: Path) -> None:
                          cwd=tool.parents[1]).stdout
     assert "| reproduces | 2 | 1 |" in out  # claims, raw
     assert "| mixed | 0 | 1 |" in out  # questions: Q's two claims now disagree
-    assert "| 01 | b | reproduces | does not reproduce |" in out
-    assert "| 01 | a | reproduces | reproduces [inconclusive] |" in out
+    assert "| 01 | b | reproduces | does not reproduce | verdict rule" in out
+    assert ("| 01 | a | reproduces | reproduces [inconclusive] | adjusted for multiplicity"
+            in out)
+    assert "| 01 | c | inconclusive | reported size ruled out | its interval excludes" in out
     assert set(TABLE_COLUMNS) >= {"verdict_raw", "p", "p_adjusted", "adjusted"}
+
+
+def test_compare_claims_says_why_a_premise_or_a_new_declaration_changed_it() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "compare_claims", Path(__file__).resolve().parents[1] / "tools" / "compare_claims.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    before = {"verdict": "premise fails here", "estimate": 1.0, "low": 0.5, "high": 1.5}
+    after = {**before, "verdict": "does not reproduce", "verdict_raw": "does not reproduce",
+             "premise": {"id": "p", "state": "inconclusive"}}
+    assert tool.why_changed(before, after) == ("its premise no longer replaces its own "
+                                               "verdict (premise inconclusive)")
+    moved = {**after, "estimate": 2.0, "effect": "+2.0", "design": "seeds", "n_seeds": 3}
+    assert "interval" in tool.why_changed(before, moved)
+    assert tool.why_changed(None, {"phase": "confirmatory"}).endswith("(confirmatory round)")
+    assert tool.why_changed(before, None).startswith("withdrawn")
 
 
 def test_adjust_book_keeps_each_claims_own_verdict_beside_the_adjusted() -> None:
