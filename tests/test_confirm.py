@@ -157,3 +157,18 @@ def test_a_confirmatory_claim_short_of_its_planned_seeds_reads_no_verdict(
     assert full.loc["c-focal-lowers-ece", "estimate"] == pytest.approx(
         full.loc["focal-lowers-ece", "estimate"])
     assert full.loc["c-focal-lowers-ece", "verdict"] == full.loc["focal-lowers-ece", "verdict"]
+
+
+def test_runner_names_an_unknown_claim_before_training_anything():
+    """tools/confirm_runs.py checks ``--claims`` against the chapters' confirmatory claims
+    first, so a typo stops it before any run is trained or committed."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "confirm_runs.py"
+    done = subprocess.run([sys.executable, str(tool), "--chapters", "04", "--claims",
+                           "c-ln-msp-fpr95-r8", "c-no-such-claim", "--no-commit"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "--claims: no confirmatory claim ['c-no-such-claim']" in done.stderr
+    assert "done" not in done.stdout
