@@ -99,5 +99,6 @@ def main() -> None:
                                              f"for {c['id']} ({len(folders)} runs, with the "
                                              f"entries the claim reads)")
 
+
 if __name__ == "__main__":
     main()
