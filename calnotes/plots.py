@@ -133,16 +133,24 @@ def reliability_diagram(
     if title:
         ax.set_title(title)
     if show_histogram:
-        inset = ax.inset_axes((0.0, -0.42, 1.0, 0.2), sharex=ax)
-        share = counts / max(counts.sum(), 1)
-        inset.bar(left, share, width=width, align="edge", color="gray", edgecolor="black",
-                  linewidth=0.4)
-        inset.set_ylabel("share", fontsize=8)
-        inset.set_ylim(0, 1)
-        inset.tick_params(labelsize=7)
-        ax.set_xlabel("")
-        inset.set_xlabel("confidence")
+        _share_strip(ax, left, width, counts)
     return ax
+
+
+def _share_strip(ax: Axes, left: Any, width: Any, counts: Any) -> Axes:
+    """A strip under ``ax`` with the share of samples per bin (bars at ``left``, ``width``
+    wide), sharing its x-axis: the strip takes over the x tick labels and the x label, so
+    that a diagram with its strip needs no more room below than one without."""
+    strip = ax.inset_axes((0.0, -0.27, 1.0, 0.2), sharex=ax)
+    strip.bar(left, counts / max(counts.sum(), 1), width=width, align="edge", color="gray",
+              edgecolor="black", linewidth=0.4)
+    strip.set_ylabel("share", fontsize=8)
+    strip.set_ylim(0, 1)
+    strip.tick_params(labelsize=7)
+    strip.set_xlabel(ax.get_xlabel())
+    ax.set_xlabel("")
+    ax.tick_params(labelbottom=False)
+    return strip
 
 
 def positive_class_diagram(
@@ -154,12 +162,15 @@ def positive_class_diagram(
     title: str | None = None,
     color: str = "C2",
     level: float | None = 0.9,
+    show_histogram: bool = True,
 ) -> Axes:
     r"""Reliability diagram of a binary problem's positive class: equal-width bins
     :math:`(b_{m-1}, b_m]` of :math:`\hat p = P(y = 1)` over :math:`[0, 1]`, bars at the share
     of positives in each bin, the gap to the diagonal hatched, and the positive-class ECE
     :math:`\sum_m \frac{|B_m|}{N} |\bar y_m - \bar p_m|` in the corner. Empty bins get no bar.
     Each bar carries the ``level`` Clopper-Pearson interval of its share (None: no band).
+    With ``show_histogram`` a strip under the diagram shows the share of samples per bin, as
+    in :func:`reliability_diagram`.
     """
     n_bins = check_positive_int(n_bins, "n_bins")
     probs, _ = check_probs(p, "p")  # (N, 2): [1 - p, p]
@@ -196,7 +207,10 @@ def positive_class_diagram(
     ax.legend(loc="lower right", fontsize=8)
     if title:
         ax.set_title(title)
+    if show_histogram:
+        _share_strip(ax, np.arange(n_bins) / n_bins, np.full(n_bins, 1 / n_bins), counts)
     return ax
+
 
 def corp_diagram(
     probs: Any, labels: Any, *, ax: Axes | None = None, title: str | None = None,

@@ -255,6 +255,25 @@ def test_positive_class_diagram_bars_are_shares_of_positives():
         plots.positive_class_diagram(p, y[:3])
 
 
+def test_share_strips_take_the_x_labels_and_show_each_bins_share(predictions):
+    probs, labels = predictions
+    fig, (left, right) = plt.subplots(1, 2)
+    plots.reliability_diagram(probs, labels, n_bins=10, ax=left)
+    p, y = probs[:, :2] / probs[:, :2].sum(1, keepdims=True), (labels == 1).astype(int)
+    plots.positive_class_diagram(p[:, 1], y, n_bins=10, ax=right)
+    for ax, xlabel in ((left, "confidence"), (right, "probability of the positive class")):
+        (strip,) = ax.child_axes
+        shares = [b.get_height() for b in strip.containers[0]]
+        assert np.isclose(sum(shares), 1.0) and len(shares) == 10
+        assert strip.get_xlabel() == xlabel and ax.get_xlabel() == ""
+        assert not ax.xaxis.get_tick_params()["labelbottom"]  # the strip carries the ticks
+    bins = metrics.reliability_bins(probs, labels, n_bins=10)
+    counts = np.asarray(bins.counts)
+    assert np.allclose([b.get_height() for b in left.child_axes[0].containers[0]],
+                       counts / counts.sum())
+    plt.close(fig)
+
+
 def test_risk_coverage_plot_draws_one_step_line_per_model_and_the_oracle():
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(3), size=200)
