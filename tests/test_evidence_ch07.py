@@ -37,6 +37,24 @@ def test_lac_splits_equal_the_library_split_by_split():
         assert got["size"][r] == cf.set_size(sets)
 
 
+def test_splits_run_on_one_thread_and_restore_the_setting(monkeypatch):
+    seen = []
+    scores = cf.class_scores
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return scores(*args, **kwargs)
+
+    monkeypatch.setattr(cf, "class_scores", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ch07.conformal_splits(fake_run(), splits=2)
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_raps_without_penalty_is_aps():
     run = fake_run(seed=1)
     aps = ch07.conformal_splits(run, score="aps", randomized=True, splits=3)

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from calnotes import conformal as cf
+from calnotes._threads import cpu_threads
 from calnotes.calibrators import TemperatureScaling
 from calnotes.runs import shift as shifts
 from calnotes.runs.claims import register_measure
@@ -72,6 +73,7 @@ def _ranks(p: torch.Tensor) -> torch.Tensor:
     return ranks.double()
 
 
+@cpu_threads(1)
 def conformal_splits(run: StoredRun, *, score: str = "lac", alpha: float = 0.1,
                      splits: int = 100, randomized: bool = False, lam: float = 0.01,
                      temperature: str | None = None, shift: str | None = None,
@@ -83,6 +85,10 @@ def conformal_splits(run: StoredRun, *, score: str = "lac", alpha: float = 0.1,
     The scores of the whole pool are computed once (a randomized score draws each image's
     ``u`` once, independently of the splits, which keeps the images exchangeable); RAPS's
     ``k_reg`` is chosen on each calibration half (:func:`calnotes.conformal.raps_k_reg`).
+    One intra-op thread: the operations are small (1,000 x C), so a second thread gains
+    nothing, and while another process holds a core each operation waits on the thread that
+    lost it (20 splits of three runs took 16-17 s with one thread, 48-258 s with two, on a
+    2-core machine with one other busy process).
     """
     if score not in cf.SCORES:
         raise ValueError(f"score must be one of {cf.SCORES}, got {score!r}")
