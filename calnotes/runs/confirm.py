@@ -58,17 +58,18 @@ def claim_seed_values(spec: Mapping[str, Any], cid: str, store: RunStore | None 
     """``{seed: d_s}``: the claim's statistic per stored seed (only ``seeds`` if given), in
     its shown units (the paired effect for two arms), as the evaluator computes it."""
     t, runs_a, runs_b = _arm_test_runs(spec, cid, store)
-    arms = spec["arms"]
-    opts_a = {**t["options"], **(arms[t["a"]].get("options") or {})}
-    seeds = sorted((set(runs_a) if runs_b is None else set(runs_a) & set(runs_b))
-                   & (set(runs_a) if seeds is None else {int(s) for s in seeds}))
+
+    def options(arm: str) -> dict[str, Any]:
+        return {**t["options"], **(spec["arms"][arm].get("options") or {})}
+
+    paired = set(runs_a) if runs_b is None else set(runs_a) & set(runs_b)
+    if seeds is not None:
+        paired &= {int(s) for s in seeds}
     out: dict[int, float] = {}
-    for s in seeds:
-        a = cl.run_measure(t["statistic"], runs_a[s], **opts_a)
-        b = None
-        if runs_b is not None:
-            opts_b = {**t["options"], **(arms[t["b"]].get("options") or {})}
-            b = cl.run_measure(t["statistic"], runs_b[s], **opts_b)
+    for s in sorted(paired):
+        a = cl.run_measure(t["statistic"], runs_a[s], **options(t["a"]))
+        b = None if runs_b is None else cl.run_measure(t["statistic"], runs_b[s],
+                                                         **options(t["b"]))
         out[s] = float(t["scale"]) * _effect(a, b, t["effect"])
     return out
 
