@@ -8,7 +8,7 @@ ARGS ?=
 DEVICE ?= auto
 PRESET ?=
 
-.PHONY: help setup data fonts test test-unit test-chapters test-reruns test-cluster book check-book run results bench lint times clean
+.PHONY: help setup data fonts test test-unit test-chapters test-reruns test-cluster book check-book run results claims-cache bench lint times clean
 
 help:
 	@echo "make book      execute every chapter (default parameters) and build _build/html"
@@ -17,6 +17,7 @@ help:
 	@echo "make run CHAPTER=01 ARGS='-p EPOCHS 5 -p DEVICE cuda'   rerun one chapter"
 	@echo "make results [DEVICE=cuda] [CHAPTER=02] [ARGS='-p NAME VALUE']   compute the stored runs the book loads (resumable)"
 	@echo "make results PRESET=paper DEVICE=cuda   the papers' scale (RAY_ADDRESS: on a cluster)"
+	@echo "make claims-cache  evaluate the claims of every chapter whose runs or code changed (before committing runs)"
 	@echo "make bench     speed comparisons against peers (benchmarks/)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -81,6 +82,11 @@ run: setup data
 
 results: setup data
 	$(PY) -m calnotes.book results -p DEVICE $(DEVICE) $(if $(PRESET),--preset $(PRESET)) $(if $(CHAPTER),--chapter $(CHAPTER)) $(ARGS)
+
+# The committed claims cache keyed by the runs and code it read: a commit that adds runs or
+# changes the library runs this first, or the book evaluates those chapters while it builds.
+claims-cache: setup
+	$(PY) tools/claims_cache.py --jobs 2
 
 bench: setup data
 	$(PY) benchmarks/run_all.py

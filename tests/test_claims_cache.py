@@ -162,3 +162,37 @@ def test_adjust_book_keeps_each_claims_own_verdict_beside_the_adjusted() -> None
     assert (book["verdict"] == "reproduces").all()
     assert (book["verdict_adjusted"] == "inconclusive").all()
     assert book.loc["a", "p_adjusted"] == pytest.approx(0.06)
+
+
+def _claims_cache_tool():
+    spec = importlib.util.spec_from_file_location(
+        "claims_cache", Path(__file__).resolve().parents[1] / "tools" / "claims_cache.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_claims_cache_tool_lists_deletes_stale_entries_and_keeps_them_on_failure(
+        chapter: Path, store: RunStore, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    tool = _claims_cache_tool()
+    monkeypatch.setattr(book_claims, "_chapters", lambda: ["XX"])
+    root = str(store.root)
+    folder = store.root / book_claims.CACHE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stale = folder / "XX-0000000000000000.json"
+    stale.write_text("{}", encoding="utf-8")
+    # no fresh entry and one stale file: --check fails and names both
+    assert tool.main(["--check", "--root", root]) == 1
+    assert "chapters without a fresh entry: XX" in capsys.readouterr().out
+    # an evaluation that fails writes nothing, and the stale entry is kept
+    monkeypatch.setattr(tool, "_evaluate", lambda ch, r: (ch, 3, "boom"))
+    assert tool.main(["--root", root]) == 1
+    assert stale.is_file()
+    assert "chapter XX: evaluation failed (exit 3)" in capsys.readouterr().err
+    # once the chapter's entry is written, the stale one goes and --check passes
+    book_claims._table.__wrapped__("XX", root)
+    assert tool.main(["--root", root]) == 0
+    assert not stale.is_file()
+    assert [p.name for p in folder.glob("*.json")] == [tool.fresh_names(store)["XX"]]
+    assert tool.main(["--check", "--root", root]) == 0

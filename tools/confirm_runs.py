@@ -11,7 +11,9 @@ Resumable: the executor skips runs already stored, a killed run resumes from its
 checkpoint. After a seed's runs are trained, the claim's measure is read once on them, so
 that what it needs besides the logits (OOD or shifted-image logits, computed from the
 run's final checkpoint) is stored inside the run's folder before the commit. One thread,
-one run at a time.
+one run at a time. The commits carry runs only: before the last one, refresh the claims
+cache of the chapters they changed (``make claims-cache``), or the book evaluates them
+while it builds.
 """
 
 from __future__ import annotations
