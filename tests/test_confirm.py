@@ -172,3 +172,39 @@ def test_runner_names_an_unknown_claim_before_training_anything():
     assert done.returncode != 0
     assert "--claims: no confirmatory claim ['c-no-such-claim']" in done.stderr
     assert "done" not in done.stdout
+
+
+def _labels(arm: dict) -> set[str]:
+    return set(arm["label"] if isinstance(arm["label"], list) else [arm["label"]])
+
+
+def _may_share_runs(a: dict, b: dict) -> bool:
+    """Whether two arms' filters can match the same run: a common label, and no key of
+    ``where`` that both set to different values."""
+    wa, wb = a.get("where") or {}, b.get("where") or {}
+    return bool(_labels(a) & _labels(b)) and all(wa[k] == wb[k] for k in wa.keys() & wb.keys())
+
+
+def test_no_exploratory_arm_of_the_book_reads_a_confirmatory_seed() -> None:
+    """An arm without a seed list reads every stored seed of its configuration, so once the
+    confirmatory runs are stored an exploratory arm of the same configuration would pool
+    them: every arm that could match a confirmatory arm's runs lists seeds disjoint from
+    its seeds."""
+    from calnotes.book.claims import CLAIMS_DIR
+
+    checked = 0
+    for path in sorted(CLAIMS_DIR.glob("*.yaml")):
+        spec = cl.load_claims(path)
+        arms = spec["arms"]
+        confirmatory = {arm_name for c in spec["claims"] if c.get("phase") == "confirmatory"
+                        for arm_name in (c["test"].get("a"), c["test"].get("b")) if arm_name}
+        for name, arm in arms.items():
+            if name in confirmatory:
+                continue
+            for other in confirmatory:
+                if not _may_share_runs(arm, arms[other]):
+                    continue
+                checked += 1
+                assert arm.get("seeds") is not None, (path.name, name, other)
+                assert not set(arm["seeds"]) & set(arms[other]["seeds"]), (path.name, name)
+    assert checked > 0
