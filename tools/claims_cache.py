@@ -4,7 +4,8 @@ A chapter's cache entry is keyed by everything its evaluation reads: the claims 
 its commit, the library's source and the stored runs under the chapter's labels
 (``calnotes.book.claims._inputs``). A commit that adds runs or changes the library leaves
 the old entry unmatched, and the book then evaluates the chapter while it builds: minutes
-per chapter, which a cell timeout does not allow. Run this before such a commit::
+per chapter, which a cell timeout does not allow. Run this before such a commit (but after
+committing a changed claims file: its commit is part of the key)::
 
     python tools/claims_cache.py            # evaluate each chapter without a fresh entry,
                                             # then delete the entries nothing matches
