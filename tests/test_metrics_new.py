@@ -245,7 +245,7 @@ def test_bootstrap_bad_input():
 @pytest.mark.parametrize(("bandwidth", "message"), [
     (1e-9, r"bandwidth 1e-09 needs a grid of 6\.4e\+10 cells .*the limit is bandwidth >= "
            r"3\.81e-06"),
-    (1e9, r"bandwidth 1e\+09 would sum 8e\+09 kernel images .*the limit is bandwidth <= 100"),
+    (1e9, r"bandwidth 1e\+09 is wider than needed: .*the limit is bandwidth <= 100"),
 ])
 def test_smece_refuses_bandwidths_beyond_memory(bandwidth, message):
     p, y = make_data(0, 50, 3, scale=3.0)
@@ -281,3 +281,11 @@ def test_bin_counts_beyond_memory_are_refused(name):
     p, y = make_data(0, 20, 3)
     with pytest.raises(ValueError, match=r"n_bins must be at most 1000000 \(the limit"):
         getattr(M, name)(p, y, n_bins=10**8)
+
+
+def test_smece_leaves_torch_threads_as_they_were():
+    p, y = make_data(0, 200, 3, scale=3.0)
+    before = torch.get_num_threads()
+    M.smece(p, y)  # the fixed point runs on one thread inside
+    M.smece(p, y, bandwidth=1e-5)  # a grid finer than 2^16 cells: torch's threads
+    assert torch.get_num_threads() == before

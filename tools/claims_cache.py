@@ -2,7 +2,7 @@
 
 A chapter's cache entry is keyed by everything its evaluation reads: the claims file and
 its commit, the library's source and the stored runs under the chapter's labels
-(``calnotes.book.claims._inputs``). A commit that adds runs or changes the library leaves
+(``calnotes.book.claims.cache_entry``). A commit that adds runs or changes the library leaves
 the old entry unmatched, and the book then evaluates the chapter while it builds: minutes
 per chapter, which a cell timeout does not allow. Run this before such a commit (but after
 committing a changed claims file: its commit is part of the key)::
@@ -19,7 +19,6 @@ writes its entry; an entry is deleted only once every chapter has a fresh one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -35,11 +34,7 @@ from calnotes.runs.store import RunStore  # noqa: E402
 
 def fresh_names(store: RunStore) -> dict[str, str]:
     """``{chapter: file name}`` of the entry each chapter's present inputs would read."""
-    names = {}
-    for ch in bc._chapters():
-        key = bc._sha(json.dumps(bc._inputs(ch, store), sort_keys=True).encode())[:16]
-        names[ch] = f"{ch}-{key}.json"
-    return names
+    return {ch: bc.cache_entry(ch, store)[0].name for ch in bc._chapters()}
 
 
 def _evaluate(chapter: str, root: Path) -> tuple[str, int, str]:

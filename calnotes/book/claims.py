@@ -38,7 +38,7 @@ from calnotes.runs.verdicts import adjust_verdicts, premise_note, question_of
 
 __all__ = [
     "CLAIMS_DIR", "CLAIMS_MIME", "JSON_FIELDS", "SUMMARY_COLUMNS", "adjust_book",
-    "book_claims_table",
+    "book_claims_table", "cache_entry",
     "claims_path", "claims_table", "cite_text", "format_effect", "show_claims",
     "summary_records", "verdict_badge", "verdict_of",
 ]
@@ -106,14 +106,21 @@ def _inputs(chapter: str, store: RunStore) -> dict[str, Any]:
             "runs_hash": runs.hexdigest()}
 
 
+def cache_entry(chapter: str, store: RunStore) -> tuple[Path, dict[str, Any]]:
+    """The cache file a chapter's evaluation is stored in for its present inputs
+    (``<results>/.claims-cache/NN-<16 hex digits of the inputs' hash>.json``), and those
+    inputs."""
+    inputs = _inputs(chapter, store)
+    key = _sha(json.dumps(inputs, sort_keys=True).encode())[:16]
+    return store.root / CACHE_DIR / f"{chapter}-{key}.json", inputs
+
+
 @functools.cache
 def _table(chapter: str, root: str | None) -> pd.DataFrame:
     import calnotes.book.evidence  # noqa: F401  (registers the chapters' measures)
 
     store = RunStore(root)
-    inputs = _inputs(chapter, store)
-    key = _sha(json.dumps(inputs, sort_keys=True).encode())[:16]
-    cache = store.root / CACHE_DIR / f"{chapter}-{key}.json"
+    cache, inputs = cache_entry(chapter, store)
     if cache.is_file():
         try:
             entry = json.loads(cache.read_text(encoding="utf-8"))
@@ -122,8 +129,8 @@ def _table(chapter: str, root: str | None) -> pd.DataFrame:
             pass  # unreadable: computed again and rewritten
     start = time.perf_counter()
     table = evaluate_claims(load_claims(claims_path(chapter)), store)
-    entry = {"provenance": {"inputs": inputs, "key": key, "seconds":
-                            round(time.perf_counter() - start, 1),
+    entry = {"provenance": {"inputs": inputs, "key": cache.stem.split("-")[-1],
+                            "seconds": round(time.perf_counter() - start, 1),
                             "created": datetime.datetime.now(datetime.timezone.utc)
                             .isoformat(timespec="seconds")},
              "rows": [{k: _plain(v) for k, v in row.items()}
@@ -174,9 +181,7 @@ def _chapters() -> list[str]:
 
 def _cached(chapter: str, root: str | None) -> bool:
     """Whether the chapter's evaluation is cached for its present inputs."""
-    store = RunStore(root)
-    key = _sha(json.dumps(_inputs(chapter, store), sort_keys=True).encode())[:16]
-    return (store.root / CACHE_DIR / f"{chapter}-{key}.json").is_file()
+    return cache_entry(chapter, RunStore(root))[0].is_file()
 
 
 def adjust_book(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from calnotes._checks import (
     check_positive_float,
     check_positive_int,
 )
+from calnotes._threads import cpu_threads
 from calnotes.metrics._common import _scalar, _top_label_checked
 
 #: arithmetic out of the very slow subnormal range and changes each row sum
@@ -314,19 +315,20 @@ def _sece_method(conf: torch.Tensor, bandwidth: float, explicit: bool) -> str:
 #: smECE's automatic bandwidth is searched in ``[SMECE_MIN_BANDWIDTH, 1]`` (relplot's floor).
 SMECE_MIN_BANDWIDTH = 1e-3
 #: The grid of :func:`smece` has at least this many intervals on [0, 1] and at least 64 per
-#: bandwidth.
+#: bandwidth; on a grid of this size it runs on one intra-op thread (see
+#: :func:`_smece_fixed_point`), on a finer one with torch's threads.
 _SMECE_MIN_CELLS = 1 << 16
 #: At most this many grid intervals (about 2 GB of float64 work arrays): the bandwidth's
 #: floor is ``64 / SMECE_MAX_CELLS``, about 3.8e-6.
 SMECE_MAX_CELLS = 1 << 24
-#: The widest bandwidth :func:`smece` takes: the reflected kernel then sums
-#: ``2 ceil(4 sigma) + 1`` images of the Gaussian; at sigma = 100 it is flat on [0, 1] to
-#: within 1e-12, and a wider one changes nothing but the cost.
+#: The widest bandwidth :func:`smece` takes: at sigma = 100 the reflected kernel is flat on
+#: [0, 1] (its first Fourier mode weighs exp(-(100 pi)^2 / 2), 0 in float64), so every wider
+#: one gives the same value; a larger number is more likely a mistaken unit.
 SMECE_MAX_BANDWIDTH = 100.0
 
 
 def _check_smece_bandwidth(bandwidth: Any) -> float:
-    """A positive bandwidth whose grid and kernel images fit the limits above."""
+    """A positive bandwidth within the limits above."""
     bandwidth = check_positive_float(bandwidth, "bandwidth")
     floor = 64.0 / SMECE_MAX_CELLS
     if bandwidth < floor:
@@ -337,9 +339,9 @@ def _check_smece_bandwidth(bandwidth: Any) -> float:
             f"({SMECE_MAX_CELLS} cells)")
     if bandwidth > SMECE_MAX_BANDWIDTH:
         raise ValueError(
-            f"bandwidth {bandwidth:g} would sum {2 * math.ceil(4 * bandwidth) + 1:.3g} kernel "
-            f"images over the grid; the limit is bandwidth <= {SMECE_MAX_BANDWIDTH:g}, where "
-            f"the kernel is already flat on [0, 1]")
+            f"bandwidth {bandwidth:g} is wider than needed: the kernel is already flat on "
+            f"[0, 1] at {SMECE_MAX_BANDWIDTH:g}, so every wider one gives the same value; the "
+            f"limit is bandwidth <= {SMECE_MAX_BANDWIDTH:g}")
     return bandwidth
 
 
@@ -367,16 +369,15 @@ def _smece_mass(conf: torch.Tensor, resid: torch.Tensor, cells: int) -> torch.Te
 
 
 def _smece_value(ring_fft: torch.Tensor, n: int, cells: int, bandwidth: float) -> float:
-    """``int_0^1 |h_sigma(t)| dt`` from the spread residuals' FFT (trapezoid rule)."""
-    size = 2 * cells
-    d = torch.arange(size, dtype=torch.float64)
-    d = torch.minimum(d, size - d) / cells  # distance on the circle of length 2
-    images = range(-math.ceil(4 * bandwidth), math.ceil(4 * bandwidth) + 1)
-    kernel = torch.zeros_like(d)
-    for k in images:  # summed one image at a time: memory O(cells), not O(cells * images)
-        kernel += torch.exp(-0.5 * ((d + 2 * k) / bandwidth) ** 2)
-    kernel /= bandwidth * math.sqrt(2 * math.pi)
-    h = torch.fft.irfft(ring_fft * torch.fft.rfft(kernel), n=size)[: cells + 1] / n
+    r"""``int_0^1 |h_sigma(t)| dt`` from the spread residuals' FFT (trapezoid rule).
+
+    The reflected kernel on the circle of length 2 is the Gaussian summed over its images
+    ``2k``; its Fourier coefficients are :math:`\tfrac12 e^{-(\pi m \sigma)^2 / 2}`, so its
+    DFT on the ``2 * cells`` nodes is ``cells * exp(-(pi m sigma)^2 / 2)`` (aliasing is below
+    :math:`e^{-(64\pi)^2/2}` at the grid's spacing of at most ``sigma / 64``)."""
+    m = torch.arange(cells + 1, dtype=torch.float64)
+    kernel_fft = cells * torch.exp(-0.5 * (math.pi * bandwidth * m) ** 2)
+    h = torch.fft.irfft(ring_fft * kernel_fft, n=2 * cells)[: cells + 1] / n
     a = h.abs()
     return float((a.sum() - 0.5 * (a[0] + a[-1])) / cells)
 
@@ -415,7 +416,7 @@ def smece(
     relplot's ``smECE(p, y)`` reads ``p`` as the positive-class probability.
 
     ``bandwidth`` must lie in ``[64 / SMECE_MAX_CELLS, SMECE_MAX_BANDWIDTH]`` (about
-    ``[3.8e-6, 100]``): a narrower one needs a grid beyond memory, a wider one only cost.
+    ``[3.8e-6, 100]``): a narrower one needs a grid beyond memory, a wider one changes nothing.
     """
     conf, correct, dtype, from_numpy = _top_label_checked(probs, labels)
     if bandwidth is not None:
@@ -425,14 +426,23 @@ def smece(
     if bandwidth is None:
         bandwidth = _smece_fixed_point(c, r)
     cells = _smece_cells(bandwidth)
-    ring = torch.fft.rfft(_smece_mass(c, r, cells))
-    value = torch.tensor(_smece_value(ring, c.shape[0], cells, bandwidth), dtype=torch.float64)
+    with cpu_threads(1 if cells <= _SMECE_MIN_CELLS else None):
+        ring = torch.fft.rfft(_smece_mass(c, r, cells))
+        value = _smece_value(ring, c.shape[0], cells, bandwidth)
+    value = torch.tensor(value, dtype=torch.float64)
     return _scalar(value.to(conf.device) if not from_numpy else value, dtype, from_numpy)
 
 
+@cpu_threads(1)
 def _smece_fixed_point(c: torch.Tensor, r: torch.Tensor) -> float:
-    """Bisection for ``sigma = smECE_sigma`` on ``[SMECE_MIN_BANDWIDTH, 1]`` (smECE_sigma
-    does not increase with sigma, so ``smECE_sigma - sigma`` changes sign once)."""
+    """Root of ``smECE_sigma - sigma`` on ``[SMECE_MIN_BANDWIDTH, 1]`` by Brent's method to
+    1e-6 (smECE_sigma does not increase with sigma, so the gap changes sign once).
+
+    One intra-op thread: a dozen FFTs of 2^17 points gain nothing from more, and on a
+    machine whose cores are busy each parallel operator waits for a descheduled thread
+    (:mod:`calnotes._threads`): 15x slower with 2 threads on 2 busy cores."""
+    from scipy.optimize import brentq
+
     cells = _smece_cells(SMECE_MIN_BANDWIDTH)
     ring = torch.fft.rfft(_smece_mass(c, r, cells))
     n = c.shape[0]
@@ -445,18 +455,12 @@ def _smece_fixed_point(c: torch.Tensor, r: torch.Tensor) -> float:
         return hi
     if gap(lo) <= 0:
         return lo
-    while hi - lo > 1e-6:
-        mid = 0.5 * (lo + hi)
-        if gap(mid) > 0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return float(brentq(gap, lo, hi, xtol=1e-6, rtol=1e-12))
 
 
 def smece_bandwidth(probs: ArrayLike, labels: ArrayLike) -> float:
     r"""The bandwidth :func:`smece` uses by default: the fixed point
-    :math:`\sigma^* = \mathrm{smECE}_{\sigma^*}`, found by bisection on
+    :math:`\sigma^* = \mathrm{smECE}_{\sigma^*}`, found by Brent's method on
     ``[SMECE_MIN_BANDWIDTH, 1]`` to :math:`10^{-6}` (1 if :math:`\mathrm{smECE}_1 \ge 1`,
     the floor if the error is smaller than the floor)."""
     conf, correct, _, _ = _top_label_checked(probs, labels)
