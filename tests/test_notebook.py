@@ -37,11 +37,32 @@ def test_smoke_runs_never_touch_the_stored_results(tmp_path, monkeypatch):
     assert "results" in str(run.path) and str(tmp_path) not in str(run.path)
 
 
-def test_setup_chapter_picks_device_and_seeds():
+@pytest.fixture
+def threads_restored():
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_setup_chapter_picks_device_and_seeds(threads_restored):
     device = notebook.setup_chapter(seed=3, device="cpu", style=False)
     a = torch.rand(3)
     notebook.setup_chapter(seed=3, device="cpu", style=False)
     assert device.type == "cpu" and torch.equal(a, torch.rand(3))
+
+
+@pytest.mark.parametrize(("others_busy", "expected"), [(0.0, 2), (1.0, 1)])
+def test_setup_chapter_takes_one_thread_when_other_processes_keep_the_cores_busy(
+        monkeypatch, threads_restored, others_busy, expected):
+    from calnotes import _threads
+
+    torch.set_num_threads(2)
+    monkeypatch.setattr(_threads, "TORCH_DEFAULT_THREADS", 2)
+    monkeypatch.setattr(_threads, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(_threads, "busy_share_of_others", lambda window=0.1: others_busy)
+    monkeypatch.setattr(_threads, "_last_answer", None)
+    notebook.setup_chapter(seed=0, device="cpu", style=False)
+    assert torch.get_num_threads() == expected
 
 
 # ------------------------------------------------------------------ the prose's claims
