@@ -8,11 +8,13 @@ releases it when its holder exits, also when the holder is killed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,6 +45,14 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh folder in the system's temporary directory (``<prefix>XXXXXXXX``), removed
+    with everything in it when this Python process exits (not after ``kill -9``)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import subprocess
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -711,3 +714,29 @@ def test_a_deleted_manifest_is_reported_as_such_not_as_an_older_format(tmp_path:
     (folder / "DONE").write_bytes(b"")
     with pytest.raises(OutdatedRun, match="DONE marker of format 1"):
         store.read_entry(folder)
+
+
+def test_a_scratch_folder_is_removed_when_its_process_exits(tmp_path):
+    script = ("import sys; from calnotes._io import scratch_dir; d = scratch_dir('calnotes-t-'); "
+              "(d / 'sub').mkdir(); (d / 'sub' / 'f').write_text('x'); print(d); "
+              "sys.stdout.flush(); assert d.is_dir()")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path and folder.name.startswith("calnotes-t-")
+    assert not folder.exists()
+
+
+def test_smoke_chapter_runs_leave_no_scratch_store_behind(tmp_path):
+    script = ("from calnotes.runs.executor import chapter_runs; "
+              "from calnotes.runs.experiment import default_config; "
+              "cfg = default_config(dataset='fashion_mnist', model='lenet5', epochs=1, "
+              "train_subset=64, val_size=64, test_subset=64, batch_size=32); "
+              "run, = chapter_runs([cfg], use_store=True, smoke=True, device='cpu'); "
+              "print(run.test_logits.shape[0])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "64"
+    assert not list(tmp_path.glob("calnotes-runs-*"))

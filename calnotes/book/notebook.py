@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from calnotes._io import scratch_dir
 from calnotes._threads import auto_threads
 from calnotes.book.claims import claims_table, show_claims, verdict_of
 from calnotes.runs.executor import chapter_runs
@@ -16,7 +17,7 @@ from calnotes.training import seed_everything, select_device
 
 __all__ = [
     "Claims", "argmax_ties", "changed_parameters", "chapter_run", "claims_table", "glue",
-    "setup_chapter", "show_claims", "verdict_of",
+    "scratch_dir", "setup_chapter", "show_claims", "verdict_of",
 ]
 
 

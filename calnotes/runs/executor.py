@@ -44,7 +44,6 @@ import importlib.util
 import os
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -55,7 +54,7 @@ from typing import Any, TextIO
 import pandas as pd
 import torch
 
-from calnotes._io import file_lock
+from calnotes._io import file_lock, scratch_dir
 from calnotes.runs import experiment as experiments
 from calnotes.runs.store import (
     LOCK_TIMEOUT,
@@ -456,14 +455,15 @@ def chapter_runs(
 ) -> list[StoredRun]:
     """The runs of ``configs``, in order: loaded from ``results/``, or trained together
     (:func:`execute`) and stored first. Like :func:`~calnotes.runs.store.chapter_run`,
-    SMOKE runs and ``use_store=False`` train into a fresh temporary store."""
+    SMOKE runs and ``use_store=False`` train into a fresh temporary store, removed
+    when the process exits."""
     for flag, value in (("use_store", use_store), ("smoke", smoke)):
         if not isinstance(value, bool):
             raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
     if use_store and not smoke:
         store, root = RunStore(), None
     else:
-        scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
+        scratch = scratch_dir("calnotes-runs-")
         store, root = RunStore(scratch / "results"), scratch / "checkpoints"
     execute(list(configs), label=label, store=store, checkpoint_root=root, device=device,
             backend=backend)

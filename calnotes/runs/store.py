@@ -34,7 +34,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -49,7 +48,7 @@ import torch
 
 import calnotes
 from calnotes._checks import check_labels, check_logits
-from calnotes._io import file_lock, fsync_dir, sha256_bytes
+from calnotes._io import file_lock, fsync_dir, scratch_dir, sha256_bytes
 from calnotes.runs import experiment as experiments
 from calnotes.runs.experiment import RunResult
 from calnotes.training import History
@@ -623,7 +622,7 @@ def chapter_run(
     """
     if use_store and not smoke:
         return load_or_run(config, label=label, device=device, progress=progress)
-    scratch = Path(tempfile.mkdtemp(prefix="calnotes-runs-"))
+    scratch = scratch_dir("calnotes-runs-")
     return load_or_run(config, label=label, store=RunStore(scratch / "results"),
                        checkpoint_root=scratch / "checkpoints", device=device,
                        progress=progress)
