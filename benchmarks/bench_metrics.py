@@ -19,6 +19,13 @@ the median seconds and the median of the per-repetition ratios.
   the grid must beat, run once above 20,000 samples), with the difference of the values,
   and against the textbook dense N x N formula where it fits in ``--dense-max-n``.
 
+* Smooth ECE (``metrics.smece``, automatic bandwidth) at N in ``--smece-n``, binary
+  top-label input: against the floor, one evaluation at the bandwidth it finds
+  (``smece(p, y, bandwidth=sigma)``: the fixed point's cost in evaluations), and against the
+  straightforward method on the same grid (the reflected kernel summed over its images in
+  real space and transformed, the fixed point bisected to 1e-6), with the difference of
+  the values.
+
 Threads: ``--threads auto`` (default) uses :func:`calnotes._threads.auto_threads`, the
 policy the trainer uses, for everything, peers and floors included.
 
@@ -239,6 +246,69 @@ def bench_sece(c: int, sizes: list[int], dense_max_n: int, repeat: int,
     return rows
 
 
+def _smece_bisection_images(p: torch.Tensor, y: torch.Tensor) -> float:
+    """smECE at its fixed point, straightforwardly: on the same grid as
+    :func:`calnotes.metrics.smece`, the reflected kernel summed image by image in real space
+    and transformed by FFT at each bandwidth, the fixed point bisected to 1e-6."""
+    import math
+
+    from calnotes.metrics import smooth
+
+    conf, correct = metrics.confidences_and_correct(p, y)
+    c = conf.to(torch.float64)
+    r = c - correct.to(torch.float64)
+    cells = smooth._smece_cells(smooth.SMECE_MIN_BANDWIDTH)
+    ring = torch.fft.rfft(smooth._smece_mass(c, r, cells))
+    size = 2 * cells
+    d = torch.arange(size, dtype=torch.float64)
+    d = torch.minimum(d, size - d) / cells
+
+    def value(s: float) -> float:
+        kernel = torch.zeros_like(d)
+        for k in range(-math.ceil(4 * s), math.ceil(4 * s) + 1):
+            kernel += torch.exp(-0.5 * ((d + 2 * k) / s) ** 2)
+        kernel /= s * math.sqrt(2 * math.pi)
+        h = torch.fft.irfft(ring * torch.fft.rfft(kernel), n=size)[: cells + 1] / c.shape[0]
+        a = h.abs()
+        return float((a.sum() - 0.5 * (a[0] + a[-1])) / cells)
+
+    lo, hi = smooth.SMECE_MIN_BANDWIDTH, 1.0
+    if value(hi) >= hi:
+        return value(hi)
+    if value(lo) <= lo:
+        return value(lo)
+    while hi - lo > 1e-6:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if value(mid) > mid else (lo, mid)
+    return value(0.5 * (lo + hi))
+
+
+def bench_smece(sizes: list[int], repeat: int, seed: int) -> list[dict]:
+    rows = []
+    for n in sizes:
+        print(f"  smece N={n} ...", flush=True)
+        p, y = _data(n, 2, seed)
+        sigma = metrics.smece_bandwidth(p, y)
+        med, times, out = compare({
+            "ours": lambda p=p, y=y: float(metrics.smece(p, y)),
+            "floor": lambda p=p, y=y, s=sigma: float(metrics.smece(p, y, bandwidth=s)),
+            "peer": lambda p=p, y=y: _smece_bisection_images(p, y),
+        }, repeat)
+        rows.append({
+            "task": f"smece N={n}, automatic bandwidth (fixed point sigma = {sigma:.4f}) (CPU)",
+            "calnotes_s": round(med["ours"], 4),
+            "floor": "one evaluation at the bandwidth found",
+            "floor_s": round(med["floor"], 4),
+            "ratio_over_floor": round(median_ratio(times, "ours", "floor"), 1),
+            "peer": "image-sum kernel in real space + FFT, bisection to 1e-6, same grid",
+            "peer_s": round(med["peer"], 4),
+            "speedup_over_peer": round(median_ratio(times, "peer", "ours"), 1),
+            "abs_diff_vs_peer": abs(out["ours"] - out["peer"]),
+            "value": round(out["ours"], 6),
+        })
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="samples for ECE/MCE/classwise")
@@ -246,6 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=5, help="repetitions (median reported)")
     parser.add_argument("--n-netcal", type=int, default=100_000, help="netcal subsample size")
     parser.add_argument("--sece-n", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--smece-n", type=int, nargs="*", default=[1_000, 100_000])
     parser.add_argument("--dense-max-n", type=int, default=10_000,
                         help="largest N for the dense N x N SECE peer")
     parser.add_argument("--threads", default="auto", help="torch threads: 'auto' or a number")
@@ -263,6 +334,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         del p, y
         rows += bench_sece(args.classes, args.sece_n, args.dense_max_n, args.repeat,
                            args.seed)
+        rows += bench_smece(args.smece_n, args.repeat, args.seed)
     finally:
         torch.set_num_threads(previous)
     for row in rows:

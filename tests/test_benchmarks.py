@@ -86,3 +86,13 @@ def test_bench_results_recomputes_a_small_workload_and_reports_its_cost(
     # run again: the stored run is loaded, and the row says the wall time was resumed
     again = bench_results.main(["--workload", str(path), "--scratch", str(tmp_path / "s")])
     assert again["rows"][0]["resumed"] and again["rows"][1]["wall_s"] >= first["run_seconds_now"]
+
+
+def test_the_smece_benchmark_compares_equal_values(bench) -> None:
+    """The straightforward reference (image-sum kernel, bisection) finds the same smECE as
+    the library's closed-form kernel and Brent's method, within the fixed point's 1e-6."""
+    import bench_metrics
+
+    (row,) = bench_metrics.bench_smece([500], repeat=1, seed=3)
+    assert row["abs_diff_vs_peer"] < 2e-6
+    assert row["calnotes_s"] > 0 and row["peer_s"] > 0 and row["floor_s"] > 0
