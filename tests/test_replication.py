@@ -109,9 +109,25 @@ def test_the_stored_plan_reads() -> None:
     assert (plan["planned"] >= 4).all()
 
 
-def test_held_up_groups_twins_by_work_and_agreement() -> None:
+def test_held_up_groups_claims_by_work_and_where_the_fresh_seeds_left_them() -> None:
     table = rep.replication_table(_book(), _plan())
-    assert rep.held_up(table) == {"w": {"replicated": ["x"], "under way": ["y"]}}
+    assert rep.held_up(table) == {"w": {"Holds on fresh seeds": ["c-x"],
+                                        "Still training": ["c-y"]}}
+    table.loc[0, "confirmatory_verdict"] = st.FAILS
+    assert rep.held_up(table)["w"] == {"Does not hold": ["c-x"], "Still training": ["c-y"]}
+
+
+def test_held_up_html_links_each_claim_to_its_chapter_row() -> None:
+    book = _book().assign(claim=["X holds.", "X holds.", "Y <b> holds.", "Y <b> holds."],
+                          unit="points")
+    out = rep.held_up_html(rep.replication_table(book, _plan()), book)
+    assert out.index("Holds on fresh seeds (1)") < out.index("Still training (1)")
+    assert 'href="02_diagnosing_miscalibration.html#claim-02-c-x">X holds.</a>' in out
+    assert "+1.50 [+0.90, +2.10] points; first round: reproduces (replicated)" in out
+    assert "Y &lt;b&gt; holds." in out and "2 of 6 seeds stored; first round: inconclusive" in out
+    assert "-0.50" not in out  # no effect is read from a claim still training
+    with pytest.raises(ValueError, match="claims table"):
+        rep.held_up_html(rep.replication_table(_book(), _plan()), _book())
 
 
 def test_round_cost_sums_the_provenance_of_confirmatory_arms(tmp_path) -> None:

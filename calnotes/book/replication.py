@@ -20,6 +20,7 @@ The winner's curse, measured: among twins supported in the exploratory round, th
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,8 +32,8 @@ from scipy import stats as _st
 
 from calnotes import stats as st
 
-__all__ = ["AGREEMENTS", "PLAN_PATH", "agreement", "held_up", "read_plan",
-           "replication_table", "round_cost", "side", "winners_curse"]
+__all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "held_up", "held_up_html",
+           "read_plan", "replication_table", "round_cost", "side", "winners_curse"]
 
 PLAN_PATH = Path(__file__).resolve().parents[2] / "book" / "claims" / "confirmatory_plan.csv"
 SUPPORTED = (st.REPRODUCES, st.LARGER, st.SIZE_RULED_OUT_DIRECTION)
@@ -146,14 +147,60 @@ def winners_curse(table: pd.DataFrame) -> dict[str, float]:
             "shrank": float(np.mean(ratios < 1))}
 
 
+#: Plain words for where the fresh seeds left a key claim (its verdict's :func:`side`, or
+#: still training), in the order :func:`held_up_html` lists them.
+HELD_UP = {"supported": "Holds on fresh seeds", "contradicted": "Does not hold",
+           "open": "Undecided on fresh seeds", "under way": "Still training"}
+
+
 def held_up(table: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
-    """Per work, the twins (exploratory claim ids) by agreement, for the plain-words summary:
-    ``{work: {agreement: [twin, ...]}}``."""
+    """Per work, the confirmatory claims by where the fresh seeds left them:
+    ``{work: {heading of HELD_UP: [claim id, ...]}}``, headings in :data:`HELD_UP`'s order."""
     out: dict[str, dict[str, list[str]]] = {}
     for row in table.to_dict("records"):
-        out.setdefault(str(row["work"]), {}).setdefault(str(row["agreement"]), []).append(
-            str(row["twin"]))
-    return out
+        where = ("under way" if row["agreement"] == "under way"
+                 else side(str(row["confirmatory_verdict"])))
+        out.setdefault(str(row["work"]), {h: [] for h in HELD_UP.values()})[
+            HELD_UP[where]].append(str(row["claim"]))
+    return {work: {h: ids for h, ids in groups.items() if ids}
+            for work, groups in sorted(out.items())}
+
+
+def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
+    """:func:`held_up` as HTML for a page: per work, each claim's confirmatory verdict as a
+    badge, its wording linked to its row in its chapter, its effect on the fresh seeds and
+    the first round's verdict with the pair's agreement. ``book``: the book's claims table
+    (for the wording and the effect), ``table``: :func:`replication_table` of it."""
+    from calnotes.book.chapters import resolve_chapter
+    from calnotes.book.claims import cite_text, format_effect, verdict_badge
+
+    if not {"id", "claim", "unit"} <= set(book):
+        raise ValueError("book must be the book's claims table (columns id, claim, unit)")
+    by_id, rows = book.set_index("id"), table.set_index("claim")
+    works = []
+    for work, groups in held_up(table).items():
+        parts = []
+        for heading, ids in groups.items():
+            items = []
+            for cid in ids:
+                c, r = by_id.loc[cid], rows.loc[cid]
+                page = resolve_chapter(str(r["chapter"])).with_suffix(".html").name
+                first = f"first round: {r['exploratory_verdict']}"
+                if r["agreement"] == "under way":  # no verdict, no effect read yet
+                    badge, line = "", f"{r['achieved']} of {r['planned']} seeds stored; {first}"
+                else:
+                    badge = verdict_badge(str(r["confirmatory_verdict"])) + " "
+                    line = f"{format_effect(c)}; {first} ({r['agreement']})"
+                items.append(
+                    f'<li>{badge}<a href="{page}#claim-{r["chapter"]}-{cid}">'
+                    f'{html.escape(c["claim"])}</a><div class="claim-line">{html.escape(line)}'
+                    f"</div></li>")
+            parts.append(f"<p>{html.escape(heading)} ({len(ids)}):</p><ul>{''.join(items)}</ul>")
+        name = cite_text(work, "").rstrip(", ")
+        works.append(f'<div class="held-up-work"><p><strong>{html.escape(name)}</strong>: '
+                     f"{sum(map(len, groups.values()))} claims on fresh seeds</p>"
+                     f"{''.join(parts)}</div>")
+    return f'<div class="held-up">{"".join(works)}</div>'
 
 
 def round_cost(specs: Mapping[str, Mapping[str, Any]], store: Any = None) -> pd.DataFrame:
