@@ -368,3 +368,16 @@ def test_figures_draw_their_panels_and_refuse_bad_input():
         ch02_figures.sweep_figure({"depth": sweeps["depth"]})
     with pytest.raises(ValueError, match="runs"):
         ch02_figures.confidence_and_reliability({"a": run})
+
+
+def test_runs_script_trains_every_claim_run_one_at_a_time(monkeypatch):
+    from calnotes.book.evidence import ch02_runs
+    from calnotes.runs import executor
+
+    calls = []
+    monkeypatch.setattr(executor, "compute_runs",
+                        lambda configs, **kw: calls.append((configs, kw)) or 0)
+    ch02_runs.main()
+    assert [(c[1]["label"], c[0][0]) for c in calls] == ch02_runs.claim_runs()
+    assert all(len(c[0]) == 1 and c[1]["workers"] == 1 and c[1]["device"] == "cpu"
+               for c in calls)

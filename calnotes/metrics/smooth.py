@@ -429,8 +429,8 @@ def smece(
     with cpu_threads(1 if cells <= _SMECE_MIN_CELLS else None):
         ring = torch.fft.rfft(_smece_mass(c, r, cells))
         value = _smece_value(ring, c.shape[0], cells, bandwidth)
-    value = torch.tensor(value, dtype=torch.float64)
-    return _scalar(value.to(conf.device) if not from_numpy else value, dtype, from_numpy)
+    out = torch.tensor(value, dtype=torch.float64)
+    return _scalar(out.to(conf.device) if not from_numpy else out, dtype, from_numpy)
 
 
 @cpu_threads(1)

@@ -48,7 +48,7 @@ def claim_runs() -> list[tuple[str, dict[str, Any]]]:
 
 
 def main() -> None:
-    from calnotes.runs.store import compute_runs
+    from calnotes.runs.executor import compute_runs
 
     for label, config in claim_runs():
         compute_runs([config], label=label, workers=1, device="cpu")
