@@ -385,7 +385,8 @@ def shift_report(
         raise ValueError("shifted must be a non-empty dict {level: (logits, labels)}")
     if (val_logits is None) != (val_labels is None):
         raise ValueError("val_logits and val_labels must be given together")
-    scaler = None if val_logits is None else TemperatureScaling().fit(val_logits, val_labels)
+    scaler = (None if val_logits is None or val_labels is None
+              else TemperatureScaling().fit(val_logits, val_labels))
     rows = {}
     for level, pair in shifted.items():
         if not isinstance(pair, tuple) or len(pair) != 2:

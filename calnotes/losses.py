@@ -342,7 +342,7 @@ class MMCELoss(nn.Module):
 DECE_FORMS = ("sharpened", "ranked")
 #: Bohdal et al.'s own hyper-parameters for ``form="ranked"`` (15 bins, soft-binning
 #: temperature 0.01, ranking sharpness 100 = 1 / 0.01).
-RANKED_DECE = {"n_bins": 15, "temperature": 0.01, "accuracy_temperature": 0.01}
+RANKED_DECE: dict[str, Any] = {"n_bins": 15, "temperature": 0.01, "accuracy_temperature": 0.01}
 
 
 def _gaussian_bins(conf: torch.Tensor, n_bins: int, temperature: float) -> torch.Tensor:

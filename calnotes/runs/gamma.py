@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -105,7 +105,9 @@ def run_test_gamma(
                                              retrain=retrain, must_reproduce=False)
         if "gamma_net" not in state:
             raise RuntimeError(f"the checkpoint of run {run.path.name} holds no gamma-Net")
-        trainer = experiment.make_trainer(cfg, model, device=device, progress=False)
+        # a gamma-Net run (checked above): make_trainer gives a MetaTrainer
+        trainer = cast(training.MetaTrainer,
+                       experiment.make_trainer(cfg, model, device=device, progress=False))
         trainer.gamma_net.load_state_dict(state["gamma_net"])
         _, _, test_loader = data.make_loaders(splits, batch_size=1000, device=trainer.device)
         gamma = trainer.predict_gamma(test_loader).numpy().astype(np.float32)

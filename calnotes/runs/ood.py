@@ -8,6 +8,7 @@ checkpoint (or trains it again). Scores and detection metrics are in :mod:`calno
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -52,7 +53,7 @@ def _images_digest(images: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
-def _checkpoint_roots(run: Any, checkpoint_root: str | Path | None) -> list[Path]:
+def _checkpoint_roots(run: Any, checkpoint_root: str | os.PathLike | None) -> list[Path]:
     if checkpoint_root is not None:
         return [Path(checkpoint_root)]
     # calnotes.runs.store.chapter_run keeps the checkpoints of a scratch (SMOKE) store in a
@@ -93,7 +94,7 @@ def trained_model(
     run: Any,
     *,
     device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
+    checkpoint_root: str | os.PathLike | None = None,
     retrain: bool = True,
 ) -> tuple[nn.Module, Any]:
     """The trained model of a stored run and its dataset splits: ``(model, splits)``.
@@ -120,7 +121,7 @@ def trained_state(
     run: Any,
     *,
     device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
+    checkpoint_root: str | os.PathLike | None = None,
     retrain: bool = True,
     must_reproduce: bool = True,
 ) -> tuple[nn.Module, dict[str, Any], Any]:
@@ -190,7 +191,7 @@ def run_ood_logits(
     images: Mapping[str, torch.Tensor],
     *,
     device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
+    checkpoint_root: str | os.PathLike | None = None,
     batch_size: int = 1000,
 ) -> dict[str, torch.Tensor]:
     """Logits of a stored run's model on each OOD image set, stored inside the run's folder.
@@ -232,7 +233,7 @@ def _stored_logits(
     compute: Callable[[nn.Module, Any, torch.Tensor], torch.Tensor],
     *,
     device: str | torch.device,
-    checkpoint_root: str | Path | None,
+    checkpoint_root: str | os.PathLike | None,
 ) -> dict[str, torch.Tensor]:
     """Each set's logits from its entry ``ood/<keys[name][:16]>`` (of ``kind``, its manifest
     holding ``meta[name]``); sets not stored yet are computed by ``compute(model, splits,
@@ -320,7 +321,7 @@ def run_odin_logits(
     temperature: float = 1000.0,
     epsilon: float = 0.0014,
     device: str | torch.device = "auto",
-    checkpoint_root: str | Path | None = None,
+    checkpoint_root: str | os.PathLike | None = None,
     batch_size: int = 500,
 ) -> dict[str, torch.Tensor]:
     """Logits ``f(x~)`` of ODIN's perturbed images (:func:`calnotes.ood.odin_logits`) for each

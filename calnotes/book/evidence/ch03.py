@@ -217,8 +217,8 @@ def posthoc(run: Any, index: Any = None, method: str = UNCALIBRATED, metric: str
         probs = calibrated_probs(run, name)
         y = labels
         if index is not None:
-            idx = torch.as_tensor(np.asarray(index), dtype=torch.long)
-            probs, y = probs[idx], y[idx]
+            rows = torch.as_tensor(np.asarray(index), dtype=torch.long)
+            probs, y = probs[rows], y[rows]
         return evaluate(probs, y, metric, bins, binning, convention, target)
 
     mine = value(method)

@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from calnotes import calibrators, data, ood
+from calnotes.book.evidence.ch04_detection import validation
 from calnotes.runs.claims import register_measure
 from calnotes.runs.executor import chapter_runs
 from calnotes.runs.experiment import default_config
@@ -62,9 +63,10 @@ NOISE_VAL, NOISE_VAL_SEED = 2000, 1
 #: The official recipe (weight decay, 20,000 images, 30 epochs) and the candidates of a
 #: regime in which cross-entropy's norm may keep growing: no weight decay, fewer images
 #: or longer training. Cheapest first.
-OFFICIAL = {"weight_decay": 5e-4, "train_subset": 20000, "epochs": 30}
-REGIMES = ({"weight_decay": 0.0, "train_subset": 5000, "epochs": 60},
-           {"weight_decay": 0.0, "train_subset": 20000, "epochs": 30})
+OFFICIAL: dict[str, Any] = {"weight_decay": 5e-4, "train_subset": 20000, "epochs": 30}
+REGIMES: tuple[dict[str, Any], ...] = (
+    {"weight_decay": 0.0, "train_subset": 5000, "epochs": 60},
+    {"weight_decay": 0.0, "train_subset": 20000, "epochs": 30})
 
 
 def lenet_config(loss: str = "ce", tau: float | None = None, seed: int = 0, lr: float = 0.05,
@@ -95,9 +97,10 @@ def own_lr(pilot: Mapping[float, StoredRun]) -> float:
 
 def val_confidence_gap(run: StoredRun) -> float:
     """Mean max-softmax confidence minus accuracy on the run's validation images."""
-    probs = torch.softmax(run.val_logits.double(), dim=1)
+    val_logits, val_labels = validation(run)
+    probs = torch.softmax(val_logits.double(), dim=1)
     conf, pred = probs.max(dim=1)
-    return float(conf.mean() - (pred == run.val_labels).double().mean())
+    return float(conf.mean() - (pred == val_labels).double().mean())
 
 
 @register_measure("log_norm_slope")
@@ -148,7 +151,7 @@ def noise_val_fpr(run: StoredRun, device: str = "cpu") -> float:
     noise = data.ood_images("gaussian", _splits(run.config["dataset"]), n=NOISE_VAL,
                             seed=NOISE_VAL_SEED)
     out = run_ood_logits(run, {"gaussian (validation)": noise}, device=device)
-    return float(ood.fpr_at_tpr(ood.msp(run.val_logits.double()),
+    return float(ood.fpr_at_tpr(ood.msp(validation(run)[0].double()),
                                 ood.msp(out["gaussian (validation)"].double())))
 
 
@@ -181,7 +184,7 @@ def ood_measure(run: StoredRun, index: Any = None, sets: str = "natural", score:
         id_logits, out, t, name = logits.pop("ID test"), logits, ODIN_T, "msp"
     else:
         out, id_logits, name = run_ood_logits(run, pool, device=device), run.test_logits, score
-        t = (calibrators.TemperatureScaling().fit(run.val_logits, run.val_labels).temperature_
+        t = (calibrators.TemperatureScaling().fit(*validation(run)).temperature_
              if temperature == "val" else float(temperature))
     if index is not None:
         id_logits = id_logits[torch.as_tensor(index, dtype=torch.long)]

@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -238,9 +238,11 @@ def reference_dece(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15,
 
 
 _OUTER: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "sece": lambda p, y: metrics.sece(p, y, bandwidth=0.05, method="exact"),
+    # torch input: both give a tensor
+    "sece": lambda p, y: cast(torch.Tensor, metrics.sece(p, y, bandwidth=0.05, method="exact")),
     "reference": reference_dece,
-    "library": lambda p, y: losses.dece(p, y, form="ranked", **losses.RANKED_DECE),
+    "library": lambda p, y: cast(torch.Tensor,
+                                 losses.dece(p, y, form="ranked", **losses.RANKED_DECE)),
 }
 
 
