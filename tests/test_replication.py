@@ -113,14 +113,27 @@ def test_held_up_groups_claims_by_work_and_where_the_fresh_seeds_left_them() -> 
     table = rep.replication_table(_book(), _plan())
     assert rep.held_up(table) == {"w": {"Holds on fresh seeds": ["c-x"],
                                         "Still training": ["c-y"]}}
-    table.loc[0, "confirmatory_verdict"] = st.FAILS
-    assert rep.held_up(table)["w"] == {"Does not hold": ["c-x"], "Still training": ["c-y"]}
+    for verdict, heading in [
+            (st.FAILS, "Does not hold"), (st.INCONCLUSIVE, "Undecided on fresh seeds"),
+            (st.SIZE_RULED_OUT_DIRECTION, rep.HELD_UP["direction"]),
+            (st.SIZE_RULED_OUT, rep.HELD_UP["size"]),
+            (st.LARGER + " (premise inconclusive)", "Holds on fresh seeds")]:
+        table.loc[0, "confirmatory_verdict"] = verdict
+        assert rep.held_up(table)["w"] == {heading: ["c-x"], "Still training": ["c-y"]}
+
+
+def test_held_up_orders_works_by_year() -> None:
+    table = pd.DataFrame({"work": ["wang2023metareg", "guo2017calibration"],
+                          "claim": ["c-a", "c-b"], "agreement": ["under way"] * 2,
+                          "confirmatory_verdict": ["under way (0 of 8)"] * 2})
+    assert list(rep.held_up(table)) == ["guo2017calibration", "wang2023metareg"]
 
 
 def test_held_up_html_links_each_claim_to_its_chapter_row() -> None:
     book = _book().assign(claim=["X holds.", "X holds.", "Y <b> holds.", "Y <b> holds."],
                           unit="points")
     out = rep.held_up_html(rep.replication_table(book, _plan()), book)
+    assert "<strong>w</strong>: 2 claims on fresh seeds" in out
     assert out.index("Holds on fresh seeds (1)") < out.index("Still training (1)")
     assert 'href="02_diagnosing_miscalibration.html#claim-02-c-x">X holds.</a>' in out
     assert "+1.50 [+0.90, +2.10] points; first round: reproduces (replicated)" in out

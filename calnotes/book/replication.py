@@ -147,23 +147,44 @@ def winners_curse(table: pd.DataFrame) -> dict[str, float]:
             "shrank": float(np.mean(ratios < 1))}
 
 
-#: Plain words for where the fresh seeds left a key claim (its verdict's :func:`side`, or
-#: still training), in the order :func:`held_up_html` lists them.
-HELD_UP = {"supported": "Holds on fresh seeds", "contradicted": "Does not hold",
+#: Plain words for where the fresh seeds left a claim, in the order :func:`held_up_html`
+#: lists them: its verdict's :func:`side`, with a reported size ruled out told apart.
+HELD_UP = {"holds": "Holds on fresh seeds",
+           "direction": "Holds in direction, but the reported size is ruled out",
+           "contradicted": "Does not hold",
+           "size": "The reported size is ruled out, the direction undecided",
            "open": "Undecided on fresh seeds", "under way": "Still training"}
 
 
+def _held_up_kind(agreement_: str, verdict: str) -> str:
+    """The key of :data:`HELD_UP` for a confirmatory claim's agreement and verdict."""
+    if agreement_ == "under way":
+        return "under way"
+    base, where = verdict.split(" (")[0].strip(), side(verdict)
+    if base in (st.SIZE_RULED_OUT_DIRECTION, st.SIZE_RULED_OUT):
+        return "direction" if where == "supported" else "size"
+    return "holds" if where == "supported" else where
+
+
+def _work_order(work: str) -> tuple[str, str]:
+    """Works by year of publication, then by name (``cite_text``'s ``Name (Year)``)."""
+    from calnotes.book.claims import cite_text
+
+    name = cite_text(work, "").rstrip(", ")
+    year = name.rsplit("(", 1)[-1].rstrip(")") if name.endswith(")") else ""
+    return year, name
+
+
 def held_up(table: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
-    """Per work, the confirmatory claims by where the fresh seeds left them:
+    """Per work (by year), the confirmatory claims by where the fresh seeds left them:
     ``{work: {heading of HELD_UP: [claim id, ...]}}``, headings in :data:`HELD_UP`'s order."""
     out: dict[str, dict[str, list[str]]] = {}
     for row in table.to_dict("records"):
-        where = ("under way" if row["agreement"] == "under way"
-                 else side(str(row["confirmatory_verdict"])))
+        kind = _held_up_kind(str(row["agreement"]), str(row["confirmatory_verdict"]))
         out.setdefault(str(row["work"]), {h: [] for h in HELD_UP.values()})[
-            HELD_UP[where]].append(str(row["claim"]))
-    return {work: {h: ids for h, ids in groups.items() if ids}
-            for work, groups in sorted(out.items())}
+            HELD_UP[kind]].append(str(row["claim"]))
+    return {work: {h: ids for h, ids in out[work].items() if ids}
+            for work in sorted(out, key=_work_order)}
 
 
 def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
@@ -172,7 +193,7 @@ def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
     the first round's verdict with the pair's agreement. ``book``: the book's claims table
     (for the wording and the effect), ``table``: :func:`replication_table` of it."""
     from calnotes.book.chapters import resolve_chapter
-    from calnotes.book.claims import cite_text, format_effect, verdict_badge
+    from calnotes.book.claims import format_effect, verdict_badge
 
     if not {"id", "claim", "unit"} <= set(book):
         raise ValueError("book must be the book's claims table (columns id, claim, unit)")
@@ -196,9 +217,10 @@ def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
                     f'{html.escape(c["claim"])}</a><div class="claim-line">{html.escape(line)}'
                     f"</div></li>")
             parts.append(f"<p>{html.escape(heading)} ({len(ids)}):</p><ul>{''.join(items)}</ul>")
-        name = cite_text(work, "").rstrip(", ")
+        name = _work_order(work)[1]
+        count = sum(map(len, groups.values()))
         works.append(f'<div class="held-up-work"><p><strong>{html.escape(name)}</strong>: '
-                     f"{sum(map(len, groups.values()))} claims on fresh seeds</p>"
+                     f"{count} claim{'s' if count != 1 else ''} on fresh seeds</p>"
                      f"{''.join(parts)}</div>")
     return f'<div class="held-up">{"".join(works)}</div>'
 
