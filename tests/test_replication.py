@@ -143,6 +143,20 @@ def test_held_up_html_links_each_claim_to_its_chapter_row() -> None:
         rep.held_up_html(rep.replication_table(_book(), _plan()), _book())
 
 
+def test_confirmatory_sentence_reads_a_claim_only_at_its_planned_seeds() -> None:
+    book = _book().assign(phase=["exploratory", "confirmatory"] * 2, planned_seeds=[0, 8, 0, 6],
+                          unit="points", verdict_adjusted=[st.REPRODUCES, st.INCONCLUSIVE,
+                                                           st.INCONCLUSIVE, st.INCONCLUSIVE])
+    assert rep.confirmatory_sentence(book, "c-x") == (
+        "+1.50 [+0.90, +2.10] points over 8 fresh seeds; verdict after Holm over the round: "
+        "inconclusive")
+    assert rep.confirmatory_sentence(book, "c-y").startswith(
+        "under way, with 2 of its 6 fresh seeds stored")
+    for wrong in ("x", "nowhere"):
+        with pytest.raises(ValueError, match="claim_id"):
+            rep.confirmatory_sentence(book, wrong)
+
+
 def test_round_cost_sums_the_provenance_of_confirmatory_arms(tmp_path) -> None:
     from calnotes.runs import claims as cl
     from calnotes.runs.store import RunStore

@@ -32,8 +32,9 @@ from scipy import stats as _st
 
 from calnotes import stats as st
 
-__all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "held_up", "held_up_html",
-           "read_plan", "replication_table", "round_cost", "side", "winners_curse"]
+__all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "confirmatory_sentence",
+           "held_up", "held_up_html", "read_plan", "replication_table", "round_cost", "side",
+           "winners_curse"]
 
 PLAN_PATH = Path(__file__).resolve().parents[2] / "book" / "claims" / "confirmatory_plan.csv"
 SUPPORTED = (st.REPRODUCES, st.LARGER, st.SIZE_RULED_OUT_DIRECTION)
@@ -223,6 +224,29 @@ def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
                      f"{count} claim{'s' if count != 1 else ''} on fresh seeds</p>"
                      f"{''.join(parts)}</div>")
     return f'<div class="held-up">{"".join(works)}</div>'
+
+
+def confirmatory_sentence(book: pd.DataFrame, claim_id: str) -> str:
+    """A confirmatory claim's result in words, for a chapter's prose, from the book's claims
+    table: ``"-1.55 [-2.43, -0.66] points over 10 fresh seeds; verdict after Holm over the
+    round: reproduces"``, or before its last planned seed ``"under way, with 4 of its 8 fresh
+    seeds stored (no verdict is read before the last)"``."""
+    from calnotes.book.claims import format_effect
+
+    if not isinstance(book, pd.DataFrame) or not {"id", "phase", "n", "verdict"} <= set(book):
+        raise ValueError("book must be the book's claims table (columns id, phase, n, verdict)")
+    rows = book.loc[book["id"] == claim_id]
+    if rows.empty or rows.iloc[0]["phase"] != "confirmatory":
+        raise ValueError(f"claim_id {claim_id!r} is no confirmatory claim of the book")
+    r = rows.iloc[0]
+    achieved = 0 if pd.isna(r["n"]) else int(r["n"])
+    planned = int(r["planned_seeds"])
+    if achieved < planned:
+        return (f"under way, with {achieved} of its {planned} fresh seeds stored (no verdict "
+                f"is read before the last)")
+    verdict = str(r.get("verdict_adjusted", r["verdict"]))
+    return (f"{format_effect(r)} over {achieved} fresh seeds; verdict after Holm over the "
+            f"round: {verdict}")
 
 
 def round_cost(specs: Mapping[str, Mapping[str, Any]], store: Any = None) -> pd.DataFrame:
