@@ -157,6 +157,17 @@ def test_confirmatory_sentence_reads_a_claim_only_at_its_planned_seeds() -> None
             rep.confirmatory_sentence(book, wrong)
 
 
+def test_confirmatory_glue_names_each_claim_of_the_chapter_by_its_twin() -> None:
+    book = _book().assign(phase=["exploratory", "confirmatory"] * 2, planned_seeds=[0, 8, 0, 6],
+                          unit="points")
+    plan = _plan().assign(chapter=[2, 3])
+    glued = rep.confirmatory_glue("02", book, plan)
+    assert glued == {"ch02_confirm_x": rep.confirmatory_sentence(book, "c-x")}
+    assert rep.confirmatory_glue("04", book, plan) == {}
+    with pytest.raises(ValueError, match="chapter"):
+        rep.confirmatory_glue("two", book, plan)
+
+
 def test_round_cost_sums_the_provenance_of_confirmatory_arms(tmp_path) -> None:
     from calnotes.runs import claims as cl
     from calnotes.runs.store import RunStore

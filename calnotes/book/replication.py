@@ -32,9 +32,9 @@ from scipy import stats as _st
 
 from calnotes import stats as st
 
-__all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "confirmatory_sentence",
-           "held_up", "held_up_html", "read_plan", "replication_table", "round_cost", "side",
-           "winners_curse"]
+__all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "confirmatory_glue",
+           "confirmatory_sentence", "held_up", "held_up_html", "read_plan", "replication_table",
+           "round_cost", "side", "winners_curse"]
 
 PLAN_PATH = Path(__file__).resolve().parents[2] / "book" / "claims" / "confirmatory_plan.csv"
 SUPPORTED = (st.REPRODUCES, st.LARGER, st.SIZE_RULED_OUT_DIRECTION)
@@ -247,6 +247,17 @@ def confirmatory_sentence(book: pd.DataFrame, claim_id: str) -> str:
     verdict = str(r.get("verdict_adjusted", r["verdict"]))
     return (f"{format_effect(r)} over {achieved} fresh seeds; verdict after Holm over the "
             f"round: {verdict}")
+
+
+def confirmatory_glue(chapter: str, book: pd.DataFrame, plan: pd.DataFrame) -> dict[str, str]:
+    """``{"chNN_confirm_<twin>": confirmatory_sentence(...)}`` for each confirmatory claim
+    of ``chapter`` (``"05"``) in ``plan`` (:func:`read_plan`): the words a chapter's prose
+    quotes beside the exploratory verdict of the claim's twin."""
+    if not isinstance(chapter, str) or not chapter.isdigit():
+        raise ValueError(f"chapter must be a chapter number such as '05', got {chapter!r}")
+    ours = plan[plan["chapter"].astype(str).str.zfill(2) == chapter.zfill(2)]
+    return {f"ch{chapter.zfill(2)}_confirm_{row.twin}": confirmatory_sentence(book, row.claim)
+            for row in ours.itertuples()}
 
 
 def round_cost(specs: Mapping[str, Mapping[str, Any]], store: Any = None) -> pd.DataFrame:
