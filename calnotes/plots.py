@@ -554,6 +554,34 @@ def _forest_height(n_rows: int, n_panels: int, max_height: float) -> float:
     return fixed + row * n_rows
 
 
+#: How an axis names a claim's quantity (the evaluator's ``quantity`` column); any other
+#: quantity is named by its identifier with spaces for underscores.
+QUANTITY_NAMES = {"ece": "ECE", "mce": "MCE", "sece": "SECE", "nll": "NLL", "error": "error",
+                  "classwise_ece": "classwise ECE", "test_classwise_ece": "classwise ECE",
+                  "fpr@95tpr": "FPR95", "auroc": "AUROC",
+                  "confidence_gap": "confidence − accuracy"}
+#: The longest label a forest plot's row shows, in characters (cut at a word, with "…").
+FOREST_LABEL_CHARS = 56
+
+
+def _axis_name(quantity: str, unit: str) -> str:
+    """An axis label from a claim's quantity and unit: ``"MCE (points)"``, or the unit alone
+    where it names the quantity already (``"FPR95 points"``) or there is no quantity."""
+    name = QUANTITY_NAMES.get(quantity, quantity.replace("_", " "))
+    if not name or name.lower() in unit.lower():
+        return unit or "effect"
+    return f"{name} ({unit})" if unit else name
+
+
+def _short_label(text: Any) -> str:
+    """A row label of at most :data:`FOREST_LABEL_CHARS` characters, cut at a space (never
+    inside a word such as "FLγ-SECE") and ended with " …"."""
+    text = " ".join(str(text).split())
+    if len(text) <= FOREST_LABEL_CHARS:
+        return text
+    return text[:FOREST_LABEL_CHARS - 1].rsplit(" ", 1)[0] + " …"
+
+
 def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
                 width: float = 7.5, max_height: float = SCREEN_HEIGHT) -> Any:
     """Forest plot of claims' effects: one row per claim with an interval (a table of
@@ -561,7 +589,9 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
     95% interval as a bar coloured by verdict, the estimate as a dot, the reported effect
     as a cross and the claim's null value as a dashed line.
 
-    By default claims are grouped in one panel per unit. ``standardized=True`` puts all
+    By default claims are grouped in one panel per quantity and unit (the table's
+    ``quantity`` column where it has one: ECE and MCE, both in points, get an axis each);
+    labels longer than :data:`FOREST_LABEL_CHARS` are cut at a word. ``standardized=True`` puts all
     claims on one axis: the effect oriented so that the claimed side is positive, divided
     by the half-width of its interval (each interval is then ``x ± 1`` and clears zero on
     the claimed side when ``x > 1``). Returns the figure.
@@ -580,14 +610,19 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
                           for col in ("estimate", "low", "high", "paper")})
         df[["low", "high"]] = np.sort(df[["low", "high"]].to_numpy(), axis=1)
         df["null"], df["unit"] = 0.0, "oriented effect / interval half-width"
-    groups = list(dict.fromkeys(df["unit"]))
-    heights = [max(1, int((df["unit"] == u).sum())) for u in groups]
+        df["quantity"] = ""
+    if "quantity" not in df.columns:
+        df["quantity"] = ""
+    df["axis"] = [_axis_name(str(q or ""), str(u or ""))
+                  for q, u in zip(df["quantity"], df["unit"], strict=True)]
+    groups = list(dict.fromkeys(df["axis"]))
+    heights = [max(1, int((df["axis"] == a).sum())) for a in groups]
     fig, axes = plt.subplots(len(groups), 1, squeeze=False,
                              figsize=(width, _forest_height(sum(heights), len(groups),
                                                             max_height)),
                              gridspec_kw={"height_ratios": heights})
-    for ax, unit in zip(axes[:, 0], groups, strict=True):
-        part = df[df["unit"] == unit].iloc[::-1]
+    for ax, axis in zip(axes[:, 0], groups, strict=True):
+        part = df[df["axis"] == axis].iloc[::-1]
         y = np.arange(len(part))
         colors = [VERDICT_COLORS.get(v, "#000000") for v in part["verdict"]]
         ax.hlines(y, part["low"], part["high"], colors=colors, linewidth=4, alpha=0.8)
@@ -597,8 +632,8 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
         for null in set(part["null"].astype(float)):
             ax.axvline(null, color="black", linestyle="--", linewidth=0.8)
         ax.set_yticks(y)
-        ax.set_yticklabels([str(t)[:60] for t in part[label]], fontsize=8)
-        ax.set_xlabel(unit or "effect", fontsize=9)
+        ax.set_yticklabels([_short_label(t) for t in part[label]], fontsize=8)
+        ax.set_xlabel(axis, fontsize=9)
         ax.grid(axis="y", visible=False)
     handles = [plt.Line2D([], [], color=c, linewidth=4, label=v)
                for v, c in VERDICT_COLORS.items() if v in set(df["verdict"])]

@@ -152,11 +152,14 @@ def test_a_confirmatory_claim_short_of_its_planned_seeds_reads_no_verdict(
     assert math.isnan(row["estimate"]) and math.isnan(row["p"])
     assert row["verdict"] == st.INCONCLUSIVE and row["n"] == 4
     assert "4 of the 6 planned seeds" in row["evidence"]
+    assert row["under_way"] and not short.loc["focal-lowers-ece", "under_way"]
+    assert row["quantity"] == "test_ece"  # the measure's name: no metric option
     # the same claim at its planned seeds is read as its twin is
     full = cl.evaluate_claims(_confirmatory_file(tmp_path, 4), store).set_index("id")
     assert full.loc["c-focal-lowers-ece", "estimate"] == pytest.approx(
         full.loc["focal-lowers-ece", "estimate"])
     assert full.loc["c-focal-lowers-ece", "verdict"] == full.loc["focal-lowers-ece", "verdict"]
+    assert not full.loc["c-focal-lowers-ece", "under_way"]
 
 
 def test_runner_names_an_unknown_claim_before_training_anything():

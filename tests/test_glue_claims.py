@@ -75,11 +75,17 @@ def test_the_front_page_extension_reads_the_notebook_format(monkeypatch):
               "premise": {"id": None, "state": ""}, "design": "paired t over seeds",
               "n_seeds": 3, "detectable": 2.1, "declared": "before its runs",
               "phase": "exploratory", "twin": None, "sesoi": None, "planned_seeds": None,
-              "p": 0.01}
+              "p": 0.01, "under_way": False}
     assert set(record) == set(book_claims.SUMMARY_COLUMNS)
     listing = ext._chapter_list("Meta", "05_meta.html", "05", [record])
     assert 'href="05_meta.html#claim-05-flsece-vs-ce"' in listing
     assert "verdict-inconclusive" in listing
+    assert "ours -0.86 [-2.24, +0.51] points" in listing
+    # a replication still training shows its seeds, not an effect
+    waiting = {**record, "id": "c-flsece-vs-ce", "phase": "confirmatory", "effect": "",
+               "n_seeds": 4, "planned_seeds": 8, "under_way": True}
+    assert ("ours under way, 4 of 8 fresh seeds stored; no estimate before the last"
+            in ext._chapter_list("Meta", "05_meta.html", "05", [waiting]))
     assert ext._forest_svg([record]).startswith('<figure class="claims-forest"><svg')
 
 

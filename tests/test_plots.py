@@ -333,6 +333,28 @@ def _forest_records(n: int, units: tuple[str, ...] = ("points", "labels", "ratio
              "verdict": "reproduces" if i % 2 else "inconclusive"} for i in range(n)]
 
 
+def test_forest_plot_gives_each_quantity_its_axis_and_cuts_labels_at_a_word() -> None:
+    records = _forest_records(4, ("points",))
+    for r, quantity in zip(records, ("ece", "mce", "ece", "fpr@95tpr"), strict=True):
+        r["quantity"] = quantity
+    records[3]["unit"] = "FPR95 points"
+    records[0]["claim"] = "FLγ-SECE has a lower test ECE than cross-entropy " * 3
+    fig = plots.forest_plot(records)
+    # ECE and MCE share a unit but not an axis; a unit naming its quantity stays as it is
+    assert [ax.get_xlabel() for ax in fig.axes] == ["ECE (points)", "MCE (points)",
+                                                    "FPR95 points"]
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    cut = [t for t in labels if t.startswith("FLγ-SECE")]
+    assert len(cut) == 1 and len(cut[0]) <= plots.FOREST_LABEL_CHARS
+    assert cut[0].endswith(" …") and cut[0][:-2] in records[0]["claim"]
+    assert records[0]["claim"].startswith(cut[0][:-2] + " ")  # whole words only
+    # a table without the column groups by unit, as before
+    plain = plots.forest_plot([{k: v for k, v in r.items() if k != "quantity"}
+                               for r in records])
+    assert [ax.get_xlabel() for ax in plain.axes] == ["points", "FPR95 points"]
+    plt.close("all")
+
+
 def test_forest_plot_fits_a_screen_with_labels_apart() -> None:
     import io
 

@@ -44,13 +44,13 @@ def test_agreement(a: str, b: str, expected: str) -> None:
 def _book() -> pd.DataFrame:
     return pd.DataFrame([
         {"id": "x", "chapter": "02", "work": "w", "estimate": 2.0, "low": 1.0, "high": 3.0,
-         "n": 5, "verdict": st.REPRODUCES},
+         "n": 5, "verdict": st.REPRODUCES, "under_way": False},
         {"id": "c-x", "chapter": "02", "work": "w", "estimate": 1.5, "low": 0.9, "high": 2.1,
-         "n": 8, "verdict": st.REPRODUCES, "declared": "before its runs"},
+         "n": 8, "verdict": st.REPRODUCES, "declared": "before its runs", "under_way": False},
         {"id": "y", "chapter": "02", "work": "w", "estimate": -1.0, "low": -3.0, "high": 1.0,
-         "n": 3, "verdict": st.INCONCLUSIVE},
+         "n": 3, "verdict": st.INCONCLUSIVE, "under_way": False},
         {"id": "c-y", "chapter": "02", "work": "w", "estimate": -0.5, "low": -2.0,
-         "high": 1.0, "n": 2, "verdict": st.INCONCLUSIVE},
+         "high": 1.0, "n": 2, "verdict": st.INCONCLUSIVE, "under_way": True},
     ])
 
 
@@ -75,6 +75,17 @@ def test_replication_table_reads_finished_claims_and_waits_for_the_rest() -> Non
     assert table.loc["c-y", "agreement"] == "under way"
     assert table.loc["c-y", "confirmatory_verdict"] == "under way (2 of 6)"
     assert math.isnan(table.loc["c-y", "confirmatory"])
+
+
+def test_replication_table_takes_the_evaluators_reading_of_the_plan() -> None:
+    # under way is the evaluator's call (its ``under_way`` column), not a recount here
+    book = _book()
+    book.loc[book["id"] == "c-x", "under_way"] = True
+    table = rep.replication_table(book, _plan()).set_index("claim")
+    assert table.loc["c-x", "agreement"] == "under way"
+    assert math.isnan(table.loc["c-x", "power_achieved"])
+    with pytest.raises(ValueError, match="under_way"):
+        rep.replication_table(_book().drop(columns="under_way"), _plan())
 
 
 def test_replication_table_prefers_the_adjusted_verdict() -> None:
@@ -150,8 +161,8 @@ def test_confirmatory_sentence_reads_a_claim_only_at_its_planned_seeds() -> None
     assert rep.confirmatory_sentence(book, "c-x") == (
         "+1.50 [+0.90, +2.10] points over 8 fresh seeds; verdict after Holm over the round: "
         "inconclusive")
-    assert rep.confirmatory_sentence(book, "c-y").startswith(
-        "under way, with 2 of its 6 fresh seeds stored")
+    assert rep.confirmatory_sentence(book, "c-y") == (
+        "under way, 2 of its 6 fresh seeds stored; no verdict is read before the last")
     for wrong in ("x", "nowhere"):
         with pytest.raises(ValueError, match="claim_id"):
             rep.confirmatory_sentence(book, wrong)

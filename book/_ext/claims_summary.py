@@ -176,11 +176,15 @@ def _claim_item(uri: str, chapter: str, r: dict[str, Any]) -> str:
     adjusted = r.get("adjusted") or {}
     beside = (f' · adjusted ({html.escape(adjusted["family"])}): {_badge(r["verdict"])}'
               if adjusted and r["verdict"] != _raw(r) else "")
+    effect = r["effect"]
+    if r.get("under_way"):  # a replication read only at its last planned seed
+        effect = (f"under way, {r['n_seeds']} of {r['planned_seeds']} fresh seeds stored; "
+                  f"no estimate before the last")
     return (f'<li class="claim-row">{_badge(_raw(r))}{note} '
             f'<a href="{html.escape(uri)}#claim-{chapter}-{r["id"]}">'
             f"{html.escape(r['claim'])}</a>{key}"
             f'<div class="claim-line">{html.escape(r["cite"])} · ours '
-            f"{html.escape(r['effect'])}{reported}{beside}</div></li>")
+            f"{html.escape(effect)}{reported}{beside}</div></li>")
 
 
 def _chapter_list(title: str, uri: str, chapter: str, rows: list[dict[str, Any]]) -> str:

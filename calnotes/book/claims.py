@@ -50,12 +50,14 @@ CLAIMS_MIME = "text/vnd.calnotes.claims+json"
 SUMMARY_COLUMNS = ("chapter", "page", "id", "claim", "cite", "verdict", "effect", "paper",
                    "estimate", "low", "high", "paper_value", "null", "direction", "unit", "key",
                    "question", "verdict_raw", "adjusted", "premise", "design", "n_seeds",
-                   "detectable", "declared", "phase", "twin", "sesoi", "planned_seeds", "p")
+                   "detectable", "declared", "phase", "twin", "sesoi", "planned_seeds", "p",
+                   "under_way")
 #: Fields of each claim in ``python -m calnotes claims --json``: ``verdict`` is the verdict
 #: after multiplicity adjustment, ``verdict_raw`` the claim's own.
 JSON_FIELDS = ("id", "question", "verdict", "verdict_raw", "adjusted", "premise", "estimate",
                "low", "high", "paper_value", "null", "direction", "design", "n_seeds",
-               "detectable", "declared", "phase", "key", "twin", "sesoi", "planned_seeds")
+               "detectable", "declared", "phase", "key", "twin", "sesoi", "planned_seeds",
+               "under_way")
 CACHE_DIR = ".claims-cache"
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,6 +161,7 @@ def _plain(x: Any) -> Any:
 
 _NUMERIC = ("n", "estimate", "low", "high", "detectable", "paper", "null", "sesoi", "p",
             "p_adjusted", "margin", "n_seeds", "planned_seeds")
+_BOOLEAN = ("key", "under_way")
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
@@ -167,8 +170,9 @@ def _typed(table: pd.DataFrame) -> pd.DataFrame:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
     for col in ("n", "n_seeds", "planned_seeds"):
         table[col] = table[col].fillna(0).astype(int)
-    table["key"] = table["key"].astype(bool)
-    for col in set(TABLE_COLUMNS) - set(_NUMERIC) - {"key"}:
+    for col in _BOOLEAN:
+        table[col] = table[col].fillna(False).astype(bool)
+    for col in set(TABLE_COLUMNS) - set(_NUMERIC) - set(_BOOLEAN):
         table[col] = table[col].where(table[col].notna(), "")
     return table
 
@@ -323,7 +327,7 @@ def summary_records(chapter: str) -> list[dict[str, Any]]:
             "phase": row.get("phase") or "exploratory",
             "twin": row.get("twin") or None, "sesoi": _num(row.get("sesoi")),
             "planned_seeds": int(row.get("planned_seeds") or 0) or None,
-            "p": _num(row.get("p")),
+            "p": _num(row.get("p")), "under_way": bool(row.get("under_way", False)),
         })
         records[-1]["verdict"] = row.get("verdict_adjusted") or row["verdict"]
     return records

@@ -99,7 +99,7 @@ def replication_table(book: pd.DataFrame, plan: pd.DataFrame) -> pd.DataFrame:
     seeds, power, both rounds' estimates, intervals and verdicts (their multiplicity-adjusted
     verdicts where ``book`` has ``verdict_adjusted``), their agreement and the ratio of the
     estimates. ``book``: :func:`calnotes.book.claims.book_claims_table`."""
-    need = {"id", "estimate", "low", "high", "n", "verdict"}
+    need = {"id", "estimate", "low", "high", "n", "verdict", "under_way"}
     if not isinstance(book, pd.DataFrame) or need - set(book):
         raise ValueError(f"book must be the book's claims table with columns {sorted(need)}")
     by_id = book.set_index("id")
@@ -113,7 +113,7 @@ def replication_table(book: pd.DataFrame, plan: pd.DataFrame) -> pd.DataFrame:
         verdict_of = (lambda r: str(r.get("verdict_adjusted", r["verdict"])))  # noqa: E731
         achieved = 0 if pd.isna(c["n"]) else int(c["n"])
         planned = int(p["planned"])
-        done = achieved >= planned
+        done = not bool(c["under_way"])  # the evaluator's reading of the declaration
         conf_verdict = verdict_of(c) if done else f"under way ({achieved} of {planned})"
         ratio = (float(c["estimate"]) / float(t["estimate"])
                  if done and float(t["estimate"]) != 0 else math.nan)
@@ -229,21 +229,21 @@ def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
 def confirmatory_sentence(book: pd.DataFrame, claim_id: str) -> str:
     """A confirmatory claim's result in words, for a chapter's prose, from the book's claims
     table: ``"-1.55 [-2.43, -0.66] points over 10 fresh seeds; verdict after Holm over the
-    round: reproduces"``, or before its last planned seed ``"under way, with 4 of its 8 fresh
-    seeds stored (no verdict is read before the last)"``."""
+    round: reproduces"``, or before its last planned seed ``"under way, 4 of its 8 fresh
+    seeds stored; no verdict is read before the last"``."""
     from calnotes.book.claims import format_effect
 
-    if not isinstance(book, pd.DataFrame) or not {"id", "phase", "n", "verdict"} <= set(book):
-        raise ValueError("book must be the book's claims table (columns id, phase, n, verdict)")
+    need = {"id", "phase", "n", "verdict", "under_way", "planned_seeds"}
+    if not isinstance(book, pd.DataFrame) or not need <= set(book):
+        raise ValueError(f"book must be the book's claims table (columns {sorted(need)})")
     rows = book.loc[book["id"] == claim_id]
     if rows.empty or rows.iloc[0]["phase"] != "confirmatory":
         raise ValueError(f"claim_id {claim_id!r} is no confirmatory claim of the book")
     r = rows.iloc[0]
     achieved = 0 if pd.isna(r["n"]) else int(r["n"])
-    planned = int(r["planned_seeds"])
-    if achieved < planned:
-        return (f"under way, with {achieved} of its {planned} fresh seeds stored (no verdict "
-                f"is read before the last)")
+    if r["under_way"]:
+        return (f"under way, {achieved} of its {int(r['planned_seeds'])} fresh seeds stored; "
+                f"no verdict is read before the last")
     verdict = str(r.get("verdict_adjusted", r["verdict"]))
     return (f"{format_effect(r)} over {achieved} fresh seeds; verdict after Holm over the "
             f"round: {verdict}")

@@ -86,7 +86,7 @@ TABLE_COLUMNS = ("id", "claim", "original", "work", "where", "premise", "key", "
                  "estimate", "low", "high", "detectable", "paper", "null", "direction",
                  "unit", "verdict", "declared", "evidence", "question", "phase", "twin",
                  "sesoi", "planned_seeds", "verdict_raw", "premise_state", "p", "p_adjusted",
-                 "adjusted", "n_seeds", "margin")
+                 "adjusted", "n_seeds", "margin", "quantity", "under_way")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -715,6 +715,27 @@ def _fmt(x: float, digits: int) -> str:
     return "nan" if math.isnan(x) else f"{x:+.{digits}f}"
 
 
+def _short_of_plan(row: Mapping[str, Any]) -> bool:
+    """Whether a confirmatory claim's row has fewer stored seeds (``n_seeds``) than its
+    declaration plans (``planned_seeds``): as declared, it is *under way*, and no estimate
+    or verdict is read before its last seed."""
+    return row["phase"] == "confirmatory" and row["n_seeds"] < row["planned_seeds"]
+
+
+def _quantity(test: Mapping[str, Any] | None) -> str:
+    """What a claim's test measures, so that a plot puts only like with like on one axis:
+    the ``metric`` (or ``statistic``) option where the measure or study has one (``ood``,
+    ``posthoc``, ``shift_ece``, ...), else the measure's name (``ece``, ``mce``, ``error``);
+    ``""`` for a study without such an option or a claim without a test."""
+    if not test:
+        return ""
+    for key in ("metric", "statistic"):
+        value = test.get("options", {}).get(key)
+        if isinstance(value, str):
+            return value
+    return str(test.get("statistic") or "")
+
+
 def _sentence(eff: st.Effect, unit: str, test: Mapping[str, Any]) -> str:
     digits = 3 if max(abs(eff.low), abs(eff.high), 1e-12) < 1 else 2
     unit = f" {unit}" if unit else ""
@@ -788,7 +809,8 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                    sesoi=float(c.get("sesoi") or math.nan),
                    planned_seeds=int(c.get("planned_seeds") or 0), p=math.nan,
                    p_adjusted=math.nan, adjusted="", premise_state="", n_seeds=0,
-                   margin=float(c.get("test", {}).get("margin", math.nan)))
+                   margin=float(c.get("test", {}).get("margin", math.nan)),
+                   quantity=_quantity(c.get("test")), under_way=False)
         if "not_testable" in c:
             row.update(design="", n=0, estimate=math.nan, low=math.nan, high=math.nan,
                        detectable=math.nan, paper=math.nan, null=math.nan, direction="",
@@ -815,16 +837,14 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                            detectable=math.nan,
                            paper=math.nan if t.get("paper") is None else float(t["paper"]),
                            null=float(t["null"]), direction=t["direction"], unit=t["unit"],
-                           verdict=v, verdict_raw=v,
+                           verdict=v, verdict_raw=v, under_way=_short_of_plan(row),
                            declared=("" if v == st.NOT_TRAINED
                                      else "declared; no runs yet"),
                            evidence=str(missing) + ".")
                 rows[cid] = row
                 return row
-            n_seeds = len(set(seeds))
-            row["n_seeds"] = n_seeds
-            planned = int(row["planned_seeds"] or 0)
-            if row["phase"] == "confirmatory" and 0 < n_seeds < planned:
+            row["n_seeds"] = len(set(seeds))
+            if _short_of_plan(row):
                 # a declared design is read at its planned seeds only: no peeking at a
                 # replication half done, and no verdict that stopping early could choose
                 row.update(design="", n=row["n_seeds"], estimate=math.nan, low=math.nan,
@@ -832,8 +852,9 @@ def evaluate_claims(spec: Mapping[str, Any] | str | Path,
                            paper=math.nan if t.get("paper") is None else float(t["paper"]),
                            null=float(t["null"]), direction=t["direction"], unit=t["unit"],
                            verdict=st.INCONCLUSIVE, verdict_raw=st.INCONCLUSIVE,
-                           declared=_declared(Path(spec["path"]), cid, runs),
-                           evidence=f"Under way: {row['n_seeds']} of the {planned} planned "
+                           under_way=True, declared=_declared(Path(spec["path"]), cid, runs),
+                           evidence=f"Under way: {row['n_seeds']} of the "
+                                    f"{row['planned_seeds']} planned "
                                     f"seeds are stored; as declared, no estimate or verdict is "
                                     f"read before the last.")
                 rows[cid] = row
