@@ -559,7 +559,8 @@ def _forest_height(n_rows: int, n_panels: int, max_height: float) -> float:
 QUANTITY_NAMES = {"ece": "ECE", "mce": "MCE", "sece": "SECE", "nll": "NLL", "error": "error",
                   "classwise_ece": "classwise ECE", "test_classwise_ece": "classwise ECE",
                   "fpr@95tpr": "FPR95", "auroc": "AUROC",
-                  "confidence_gap": "confidence − accuracy"}
+                  "confidence_gap": "confidence − accuracy",
+                  "val_loss": "validation NLL", "val_error": "validation error"}
 #: The longest label a forest plot's row shows, in characters (cut at a word, with "…").
 FOREST_LABEL_CHARS = 56
 
@@ -591,8 +592,8 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
 
     By default claims are grouped in one panel per quantity and unit (the table's
     ``quantity`` column where it has one: ECE and MCE, both in points, get an axis each);
-    labels longer than :data:`FOREST_LABEL_CHARS` are cut at a word. ``standardized=True`` puts all
-    claims on one axis: the effect oriented so that the claimed side is positive, divided
+    labels longer than :data:`FOREST_LABEL_CHARS` are cut at a word. ``standardized=True``
+    puts all claims on one axis: the effect oriented so that the claimed side is positive, divided
     by the half-width of its interval (each interval is then ``x ± 1`` and clears zero on
     the claimed side when ``x > 1``). Returns the figure.
 

@@ -724,12 +724,13 @@ def _short_of_plan(row: Mapping[str, Any]) -> bool:
 
 def _quantity(test: Mapping[str, Any] | None) -> str:
     """What a claim's test measures, so that a plot puts only like with like on one axis:
-    the ``metric`` (or ``statistic``) option where the measure or study has one (``ood``,
-    ``posthoc``, ``shift_ece``, ...), else the measure's name (``ece``, ``mce``, ``error``);
-    ``""`` for a study without such an option or a claim without a test."""
+    the ``metric``, ``statistic`` or ``column`` option where the measure or study has one
+    (``ood``, ``posthoc``, ``shift_ece``, a training history's ``val_loss``, ...), else the
+    measure's name (``ece``, ``mce``, ``error``); ``""`` for a study without such an option
+    or a claim without a test."""
     if not test:
         return ""
-    for key in ("metric", "statistic"):
+    for key in ("metric", "statistic", "column"):
         value = test.get("options", {}).get(key)
         if isinstance(value, str):
             return value
