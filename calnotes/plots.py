@@ -588,7 +588,8 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
     """Forest plot of claims' effects: one row per claim with an interval (a table of
     :func:`calnotes.runs.claims.evaluate_claims`, or records with the same columns), the
     95% interval as a bar coloured by verdict, the estimate as a dot, the reported effect
-    as a cross and the claim's null value as a dashed line.
+    as a cross (named in the legend where a claim has one) and the claim's null value as a
+    dashed line.
 
     By default claims are grouped in one panel per quantity and unit (the table's
     ``quantity`` column where it has one: ECE and MCE, both in points, get an axis each);
@@ -638,8 +639,9 @@ def forest_plot(table: Any, standardized: bool = False, label: str = "claim",
         ax.grid(axis="y", visible=False)
     handles = [plt.Line2D([], [], color=c, linewidth=4, label=v)
                for v, c in VERDICT_COLORS.items() if v in set(df["verdict"])]
-    handles.append(plt.Line2D([], [], color="black", marker="x", linestyle="none",
-                              label="reported"))
+    if np.isfinite(df["paper"].astype(float)).any():
+        handles.append(plt.Line2D([], [], color="black", marker="x", linestyle="none",
+                                  label="reported"))
     fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))

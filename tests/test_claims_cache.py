@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from calnotes.book import claims as book_claims
 from calnotes.runs import claims as cl
@@ -44,7 +45,9 @@ def chapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_chapter_is_cached_by_its_inputs(chapter: Path, store: RunStore,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    compute = book_claims._table.__wrapped__
+    def compute(ch: str, root: str) -> pd.DataFrame:
+        return book_claims._evaluation.__wrapped__(ch, root)[0]
+
     first = compute("XX", str(store.root))
     files = list((store.root / book_claims.CACHE_DIR).glob("XX-*.json"))
     assert len(files) == 1
@@ -67,6 +70,44 @@ def test_a_chapter_is_cached_by_its_inputs(chapter: Path, store: RunStore,
         compute("XX", str(store.root))
 
 
+def test_an_evaluation_records_its_machine_and_reads_it_back(
+        chapter: Path, store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from calnotes.training import devices
+
+    cpu = {"cpu_model": "Test CPU 9000", "torch_cpu_capability": "AVX2",
+           "amx_bf16": False, "avx512_bf16": False}
+    monkeypatch.setattr(devices, "cpu_features", lambda: cpu)
+    monkeypatch.setattr(book_claims.os, "getloadavg", lambda: (1.234, 0.5, 0.25))
+    _, fresh = book_claims._evaluation.__wrapped__("XX", str(store.root))
+    assert fresh["machine"] == {**cpu, "threads": torch.get_num_threads(),
+                                "load_1min": 1.23}
+    (file,) = (store.root / book_claims.CACHE_DIR).glob("XX-*.json")
+    assert json.loads(file.read_text())["provenance"] == fresh
+    # read back from the entry, not measured again
+    monkeypatch.setattr(devices, "cpu_features", lambda: {**cpu, "cpu_model": "Other"})
+    _, cached = book_claims._evaluation.__wrapped__("XX", str(store.root))
+    assert cached == fresh
+    # an entry written before machines were recorded reads as an empty machine
+    entry = json.loads(file.read_text())
+    del entry["provenance"]["machine"]
+    file.write_text(json.dumps(entry))
+    assert book_claims._evaluation.__wrapped__("XX", str(store.root))[1]["machine"] == {}
+    # an entry whose recorded inputs are not the key's is evaluated again, not trusted
+    entry["provenance"]["inputs"]["runs"] = -1
+    file.write_text(json.dumps(entry))
+    _, again = book_claims._evaluation.__wrapped__("XX", str(store.root))
+    assert again["inputs"]["runs"] == 11 and again["machine"]["cpu_model"] == "Other"
+
+
+def test_machine_text_names_the_cpu_its_kernels_and_load() -> None:
+    machine = {"cpu_model": "AMD EPYC", "torch_cpu_capability": "AVX2", "load_1min": 0.049}
+    assert book_claims.machine_text(machine) == "AMD EPYC (AVX2 kernels, load 0.05)"
+    assert book_claims.machine_text({"cpu_model": "X", "load_1min": None}) == "X"
+    assert book_claims.machine_text({}) == "an unrecorded machine"
+    with pytest.raises(TypeError, match="machine"):
+        book_claims.machine_text("AMD EPYC")  # type: ignore[arg-type]
+
+
 def test_a_new_run_changes_the_key(chapter: Path, store: RunStore) -> None:
     from tests.test_store import fake_result
 
@@ -78,7 +119,7 @@ def test_a_new_run_changes_the_key(chapter: Path, store: RunStore) -> None:
 
 def test_json_records_carry_the_fields(chapter: Path, store: RunStore,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    table = book_claims._table.__wrapped__("XX", str(store.root))
+    table = book_claims._evaluation.__wrapped__("XX", str(store.root))[0]
     table.insert(0, "chapter", "XX")
     from calnotes.runs.verdicts import adjust_verdicts
 
@@ -191,7 +232,7 @@ def test_claims_cache_tool_lists_deletes_stale_entries_and_keeps_them_on_failure
     assert stale.is_file()
     assert "chapter XX: evaluation failed (exit 3)" in capsys.readouterr().err
     # once the chapter's entry is written, the stale one goes and --check passes
-    book_claims._table.__wrapped__("XX", root)
+    book_claims._evaluation.__wrapped__("XX", root)
     assert tool.main(["--root", root]) == 0
     assert not stale.is_file()
     assert [p.name for p in folder.glob("*.json")] == [tool.fresh_names(store)["XX"]]

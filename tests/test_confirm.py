@@ -162,6 +162,16 @@ def test_a_confirmatory_claim_short_of_its_planned_seeds_reads_no_verdict(
     assert not full.loc["c-focal-lowers-ece", "under_way"]
 
 
+def test_under_way_text_counts_seeds_and_refuses_what_is_no_count() -> None:
+    assert cl.under_way_text(4, 8) == ("under way, 4 of its 8 fresh seeds stored; nothing "
+                                       "is read before the last")
+    for bad in (-1, 2.0, True, "4"):
+        with pytest.raises(ValueError, match="stored must be a count of seeds"):
+            cl.under_way_text(bad, 8)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="planned"):
+        cl.under_way_text(1, None)  # type: ignore[arg-type]
+
+
 def test_runner_names_an_unknown_claim_before_training_anything():
     """tools/confirm_runs.py checks ``--claims`` against the chapters' confirmatory claims
     first, so a typo stops it before any run is trained or committed."""

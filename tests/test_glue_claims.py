@@ -84,7 +84,7 @@ def test_the_front_page_extension_reads_the_notebook_format(monkeypatch):
     # a replication still training shows its seeds, not an effect
     waiting = {**record, "id": "c-flsece-vs-ce", "phase": "confirmatory", "effect": "",
                "n_seeds": 4, "planned_seeds": 8, "under_way": True}
-    assert ("ours under way, 4 of 8 fresh seeds stored; no estimate before the last"
+    assert ("ours under way, 4 of its 8 fresh seeds stored; nothing is read before the last"
             in ext._chapter_list("Meta", "05_meta.html", "05", [waiting]))
     assert ext._forest_svg([record]).startswith('<figure class="claims-forest"><svg')
 

@@ -355,6 +355,20 @@ def test_forest_plot_gives_each_quantity_its_axis_and_cuts_labels_at_a_word() ->
     plt.close("all")
 
 
+def test_forest_plot_legend_names_the_reported_cross_only_when_one_is_drawn() -> None:
+    def legend(records: list) -> list[str]:
+        fig = plots.forest_plot(records)
+        (lg,) = fig.legends
+        return [t.get_text() for t in lg.get_texts()]
+
+    records = _forest_records(2, ("points",))
+    assert legend(records) == ["reproduces", "inconclusive", "reported"]
+    for r in records:
+        r["paper"] = None
+    assert legend(records) == ["reproduces", "inconclusive"]
+    plt.close("all")
+
+
 def test_forest_plot_fits_a_screen_with_labels_apart() -> None:
     import io
 

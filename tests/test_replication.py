@@ -162,7 +162,7 @@ def test_confirmatory_sentence_reads_a_claim_only_at_its_planned_seeds() -> None
         "+1.50 [+0.90, +2.10] points over 8 fresh seeds; verdict after Holm over the round: "
         "inconclusive")
     assert rep.confirmatory_sentence(book, "c-y") == (
-        "under way, 2 of its 6 fresh seeds stored; no verdict is read before the last")
+        "under way, 2 of its 6 fresh seeds stored; nothing is read before the last")
     for wrong in ("x", "nowhere"):
         with pytest.raises(ValueError, match="claim_id"):
             rep.confirmatory_sentence(book, wrong)

@@ -34,6 +34,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from calnotes.book.claims import CLAIMS_MIME, SUMMARY_COLUMNS
 from calnotes.book.claims import verdict_badge as _badge
+from calnotes.runs.claims import under_way_text
 from calnotes.runs.verdicts import premise_note, question_verdict
 from calnotes.stats import REPORTED_SIZE_FAILURES, VERDICTS
 
@@ -178,8 +179,7 @@ def _claim_item(uri: str, chapter: str, r: dict[str, Any]) -> str:
               if adjusted and r["verdict"] != _raw(r) else "")
     effect = r["effect"]
     if r.get("under_way"):  # a replication read only at its last planned seed
-        effect = (f"under way, {r['n_seeds']} of {r['planned_seeds']} fresh seeds stored; "
-                  f"no estimate before the last")
+        effect = under_way_text(int(r["n_seeds"]), int(r["planned_seeds"]))
     return (f'<li class="claim-row">{_badge(_raw(r))}{note} '
             f'<a href="{html.escape(uri)}#claim-{chapter}-{r["id"]}">'
             f"{html.escape(r['claim'])}</a>{key}"

@@ -11,7 +11,9 @@ adjusts the glued records itself). Each chapter's evaluation is cached in the st
 (``<results>/.claims-cache/``), keyed by the hash of its inputs: the claims file, the
 library's source (the code of every measure and study), the manifests of the runs stored
 under the chapter's labels, and the claims file's last commit (for the dating); each entry
-records those inputs and when and how fast it was computed."""
+records those inputs, when and how fast it was computed, and on what machine
+(:func:`evaluation_provenance`: the CPU, torch's kernels, the threads and the load, which
+decide what a timed claim measures)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from calnotes.runs.verdicts import adjust_verdicts, premise_note, question_of
 
 __all__ = [
     "CLAIMS_DIR", "CLAIMS_MIME", "JSON_FIELDS", "SUMMARY_COLUMNS", "adjust_book",
-    "book_claims_table", "cache_entry",
+    "book_claims_table", "cache_entry", "evaluation_provenance", "machine_text",
     "claims_path", "claims_table", "cite_text", "format_effect", "show_claims",
     "summary_records", "verdict_badge", "verdict_of",
 ]
@@ -117,8 +119,14 @@ def cache_entry(chapter: str, store: RunStore) -> tuple[Path, dict[str, Any]]:
     return store.root / CACHE_DIR / f"{chapter}-{key}.json", inputs
 
 
-@functools.cache
 def _table(chapter: str, root: str | None) -> pd.DataFrame:
+    return _evaluation(chapter, root)[0]
+
+
+@functools.cache
+def _evaluation(chapter: str, root: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A chapter's claims table and the provenance of its evaluation: read from the cache
+    entry of its present inputs, else evaluated and written there (atomically)."""
     import calnotes.book.evidence  # noqa: F401  (registers the chapters' measures)
 
     store = RunStore(root)
@@ -126,15 +134,22 @@ def _table(chapter: str, root: str | None) -> pd.DataFrame:
     if cache.is_file():
         try:
             entry = json.loads(cache.read_text(encoding="utf-8"))
-            return _typed(pd.DataFrame(entry["rows"], columns=list(TABLE_COLUMNS)))
-        except (OSError, ValueError, KeyError):
-            pass  # unreadable: computed again and rewritten
+            provenance = dict(entry["provenance"])
+            if provenance.get("inputs") == inputs:
+                provenance.setdefault("machine", {})
+                return (_typed(pd.DataFrame(entry["rows"], columns=list(TABLE_COLUMNS))),
+                        provenance)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable or not this chapter's: computed again and rewritten
+    machine = _machine()
     start = time.perf_counter()
     table = evaluate_claims(load_claims(claims_path(chapter)), store)
-    entry = {"provenance": {"inputs": inputs, "key": cache.stem.split("-")[-1],
-                            "seconds": round(time.perf_counter() - start, 1),
-                            "created": datetime.datetime.now(datetime.timezone.utc)
-                            .isoformat(timespec="seconds")},
+    provenance = {"inputs": inputs, "key": cache.stem.split("-")[-1],
+                  "seconds": round(time.perf_counter() - start, 1),
+                  "created": datetime.datetime.now(datetime.timezone.utc)
+                  .isoformat(timespec="seconds"),
+                  "machine": machine}
+    entry = {"provenance": provenance,
              "rows": [{k: _plain(v) for k, v in row.items()}
                       for row in table.to_dict(orient="records")]}
     try:
@@ -144,7 +159,47 @@ def _table(chapter: str, root: str | None) -> pd.DataFrame:
         os.replace(tmp, cache)
     except OSError:
         pass  # a read-only store: the table is still returned
-    return table
+    return table, provenance
+
+
+def _machine() -> dict[str, Any]:
+    """Where an evaluation runs: the CPU (:func:`calnotes.training.devices.cpu_features`),
+    torch's threads and the one-minute load average when it starts (``None`` where the
+    system keeps none)."""
+    import torch
+
+    from calnotes.training.devices import cpu_features
+
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        load = None
+    return {**cpu_features(), "threads": torch.get_num_threads(), "load_1min": load}
+
+
+def evaluation_provenance(chapter: str, store: RunStore | None = None) -> dict[str, Any]:
+    """The provenance of the evaluation a chapter's claims table reads (evaluated and cached
+    first if it is not yet): its ``inputs``, ``created``, ``seconds`` and ``machine`` (the
+    CPU's ``cpu_model`` and ``torch_cpu_capability``, ``threads``, ``load_1min``; empty
+    in an entry written before machines were recorded)."""
+    root = None if store is None else str(store.root)
+    return dict(_evaluation(resolve_chapter(chapter).stem[:2], root)[1])
+
+
+def machine_text(machine: dict[str, Any]) -> str:
+    """An evaluation's machine (:func:`evaluation_provenance`'s ``machine``) in words:
+    ``"AMD EPYC (AVX2 kernels, load 0.05)"``; ``"an unrecorded machine"`` where it is
+    empty."""
+    if not isinstance(machine, dict):
+        raise TypeError(f"machine must be a dict, got {type(machine).__name__}")
+    if not machine.get("cpu_model"):
+        return "an unrecorded machine"
+    details = [f"{machine['torch_cpu_capability']} kernels"
+               if machine.get("torch_cpu_capability") else None,
+               f"load {machine['load_1min']:.2f}"
+               if isinstance(machine.get("load_1min"), (int, float)) else None]
+    inner = ", ".join(d for d in details if d)
+    return f"{machine['cpu_model']} ({inner})" if inner else str(machine["cpu_model"])
 
 
 def _plain(x: Any) -> Any:

@@ -31,6 +31,7 @@ import pandas as pd
 from scipy import stats as _st
 
 from calnotes import stats as st
+from calnotes.runs.claims import under_way_text
 
 __all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "confirmatory_glue",
            "confirmatory_sentence", "held_up", "held_up_html", "read_plan", "replication_table",
@@ -229,8 +230,8 @@ def held_up_html(table: pd.DataFrame, book: pd.DataFrame) -> str:
 def confirmatory_sentence(book: pd.DataFrame, claim_id: str) -> str:
     """A confirmatory claim's result in words, for a chapter's prose, from the book's claims
     table: ``"-1.55 [-2.43, -0.66] points over 10 fresh seeds; verdict after Holm over the
-    round: reproduces"``, or before its last planned seed ``"under way, 4 of its 8 fresh
-    seeds stored; no verdict is read before the last"``."""
+    round: reproduces"``, or before its last planned seed
+    :func:`calnotes.runs.claims.under_way_text`."""
     from calnotes.book.claims import format_effect
 
     need = {"id", "phase", "n", "verdict", "under_way", "planned_seeds"}
@@ -242,8 +243,7 @@ def confirmatory_sentence(book: pd.DataFrame, claim_id: str) -> str:
     r = rows.iloc[0]
     achieved = 0 if pd.isna(r["n"]) else int(r["n"])
     if r["under_way"]:
-        return (f"under way, {achieved} of its {int(r['planned_seeds'])} fresh seeds stored; "
-                f"no verdict is read before the last")
+        return under_way_text(achieved, int(r["planned_seeds"]))
     verdict = str(r.get("verdict_adjusted", r["verdict"]))
     return (f"{format_effect(r)} over {achieved} fresh seeds; verdict after Holm over the "
             f"round: {verdict}")

@@ -59,6 +59,7 @@ __all__ = [
     "arm_runs",
     "evaluate_claims",
     "load_claims", "register_measure", "register_rule", "register_study", "run_measure",
+    "under_way_text",
 ]
 
 Measure = Callable[..., float]
@@ -720,6 +721,16 @@ def _short_of_plan(row: Mapping[str, Any]) -> bool:
     declaration plans (``planned_seeds``): as declared, it is *under way*, and no estimate
     or verdict is read before its last seed."""
     return row["phase"] == "confirmatory" and row["n_seeds"] < row["planned_seeds"]
+
+
+def under_way_text(stored: int, planned: int) -> str:
+    """A claim under way in words, for prose and lists: ``"under way, 4 of its 8 fresh
+    seeds stored; nothing is read before the last"``."""
+    for name, value in (("stored", stored), ("planned", planned)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be a count of seeds, got {value!r}")
+    return (f"under way, {stored} of its {planned} fresh seeds stored; nothing is read "
+            f"before the last")
 
 
 def _quantity(test: Mapping[str, Any] | None) -> str:
