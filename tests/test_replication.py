@@ -72,6 +72,17 @@ def test_replication_table_reads_finished_claims_and_waits_for_the_rest() -> Non
     se = 0.6 / sp.t.ppf(0.975, 7)
     assert table.loc["c-x", "power_achieved"] == pytest.approx(
         st.power_t(1.0, se * math.sqrt(8), 8, 0.01))
+    # the seeds a new round needs at this spread: the smallest n whose power reaches 80%
+    needed = table.loc["c-x", "seeds_needed"]
+    sd = se * math.sqrt(8)
+    assert st.power_t(1.0, sd, int(needed), 0.01) >= 0.8 > st.power_t(1.0, sd,
+                                                                      int(needed) - 1, 0.01)
+    assert math.isnan(table.loc["c-y", "seeds_needed"])
+    # a spread no affordable round detects the SESOI under: counted as infinite
+    wide = _book()
+    wide.loc[wide["id"] == "c-x", ["low", "high"]] = (-300.0, 303.0)
+    assert rep.replication_table(wide, _plan()).set_index("claim").loc[
+        "c-x", "seeds_needed"] == math.inf
     assert table.loc["c-y", "agreement"] == "under way"
     assert table.loc["c-y", "confirmatory_verdict"] == "under way (2 of 6)"
     assert math.isnan(table.loc["c-y", "confirmatory"])

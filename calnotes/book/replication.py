@@ -37,6 +37,9 @@ __all__ = ["AGREEMENTS", "HELD_UP", "PLAN_PATH", "agreement", "confirmatory_glue
            "confirmatory_sentence", "held_up", "held_up_html", "read_plan", "replication_table",
            "round_cost", "side", "winners_curse"]
 
+#: Largest number of seeds :func:`replication_table`'s ``seeds_needed`` counts up to.
+MAX_SEEDS_NEEDED = 2000
+
 PLAN_PATH = Path(__file__).resolve().parents[2] / "book" / "claims" / "confirmatory_plan.csv"
 SUPPORTED = (st.REPRODUCES, st.LARGER, st.SIZE_RULED_OUT_DIRECTION)
 AGREEMENTS = ("replicated", "confirmed a failure", "newly decided", "not replicated",
@@ -82,24 +85,42 @@ def read_plan(path: str | Path = PLAN_PATH) -> pd.DataFrame:
     return plan
 
 
-def _power_achieved(row: Mapping[str, Any], sesoi: float, alpha: float) -> float:
-    """Post hoc power at the SESOI of the achieved t design: the SD read back from the
-    interval's half-width (``se = half / t_{0.975, n-1}``, ``sd = se √n``)."""
+def _achieved_sd(row: Mapping[str, Any]) -> float:
+    """The SD of the paired differences read back from a finished claim's t interval
+    (``se = half / t_{0.975, n-1}``, ``sd = se √n``); NaN without an interval."""
     n = int(row["n"]) if not pd.isna(row["n"]) else 0
     if n < 2 or not all(math.isfinite(float(row[k])) for k in ("low", "high")):
         return math.nan
     half = (float(row["high"]) - float(row["low"])) / 2
     se = half / float(_st.t.ppf(0.975, n - 1))
-    if not se > 0:
+    return se * math.sqrt(n) if se > 0 else math.nan
+
+
+def _power_achieved(row: Mapping[str, Any], sesoi: float, alpha: float) -> float:
+    """Post hoc power at the SESOI of the achieved t design, at the round's SD
+    (:func:`_achieved_sd`)."""
+    sd = _achieved_sd(row)
+    return st.power_t(sesoi, sd, int(row["n"]), alpha) if math.isfinite(sd) else math.nan
+
+
+def _seeds_needed(row: Mapping[str, Any], sesoi: float, alpha: float) -> float:
+    """Seeds a fresh round would need for 80% power at the SESOI if its spread were this
+    round's (:func:`_achieved_sd`); NaN without an interval, ``inf`` beyond
+    :data:`MAX_SEEDS_NEEDED`."""
+    sd = _achieved_sd(row)
+    if not math.isfinite(sd):
         return math.nan
-    return st.power_t(sesoi, se * math.sqrt(n), n, alpha)
+    size = st.seeds_for_power(sesoi, sd, alpha, 0.8, max_n=MAX_SEEDS_NEEDED)
+    return float(size.n) if size.reached else math.inf
 
 
 def replication_table(book: pd.DataFrame, plan: pd.DataFrame) -> pd.DataFrame:
     """One row per planned confirmatory claim: the declaration's SESOI, planned and achieved
-    seeds, power, both rounds' estimates, intervals and verdicts (their multiplicity-adjusted
-    verdicts where ``book`` has ``verdict_adjusted``), their agreement and the ratio of the
-    estimates. ``book``: :func:`calnotes.book.claims.book_claims_table`."""
+    seeds, the planned and the achieved power at the SESOI, the seeds a new round would need
+    for 80% power at this round's spread (``seeds_needed``), both rounds' estimates,
+    intervals and verdicts (their multiplicity-adjusted verdicts where ``book`` has
+    ``verdict_adjusted``), their agreement and the ratio of the estimates. ``book``:
+    :func:`calnotes.book.claims.book_claims_table`."""
     need = {"id", "estimate", "low", "high", "n", "verdict", "under_way"}
     if not isinstance(book, pd.DataFrame) or need - set(book):
         raise ValueError(f"book must be the book's claims table with columns {sorted(need)}")
@@ -124,6 +145,8 @@ def replication_table(book: pd.DataFrame, plan: pd.DataFrame) -> pd.DataFrame:
             "achieved": achieved, "power_planned": float(p["power_planned"]),
             "power_achieved": (_power_achieved(c, float(p["sesoi"]), float(p["alpha"]))
                                if done else math.nan),
+            "seeds_needed": (_seeds_needed(c, float(p["sesoi"]), float(p["alpha"]))
+                             if done else math.nan),
             "exploratory": float(t["estimate"]), "exploratory_low": float(t["low"]),
             "exploratory_high": float(t["high"]), "exploratory_verdict": verdict_of(t),
             "confirmatory": float(c["estimate"]) if done else math.nan,
