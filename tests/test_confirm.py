@@ -187,6 +187,42 @@ def test_runner_names_an_unknown_claim_before_training_anything():
     assert "done" not in done.stdout
 
 
+def test_runner_commit_lets_the_other_process_win_a_race_for_the_same_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runners that read the same run (one trained it, the other waited for its lock)
+    both commit it; the one that finds it already committed returns instead of failing."""
+    import importlib.util
+    import subprocess
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "confirm_runs.py"
+    spec = importlib.util.spec_from_file_location("confirm_runs_tool", tool)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                              cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout
+
+    git("init", "-q")
+    run = tmp_path / "results" / "abc"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    git("add", "results")
+    git("commit", "-q", "-m", "the other runner's commit")
+    (tmp_path / "unrelated").write_text("untracked")  # git then words "nothing" otherwise
+    monkeypatch.setattr(runner, "REPO", tmp_path)
+    seen = iter([True])  # the status check before the other process committed
+    real = runner._uncommitted
+    monkeypatch.setattr(runner, "_uncommitted", lambda paths: next(seen, None) or real(paths))
+    runner._commit([run], "this runner's commit")
+    assert git("log", "--format=%s").splitlines() == ["the other runner's commit"]
+    # a failure that is not such a race still raises
+    monkeypatch.setattr(runner, "_uncommitted", lambda paths: True)
+    with pytest.raises(RuntimeError, match="git failed"):
+        runner._commit([tmp_path / "no-such-folder"], "x")
+
+
 def _labels(arm: dict) -> set[str]:
     return set(arm["label"] if isinstance(arm["label"], list) else [arm["label"]])
 

@@ -39,11 +39,16 @@ from calnotes.runs.store import RunStore  # noqa: E402
 ORDER = ["06", "02", "04", "03", "05"]
 
 
-def _commit(folders: list[Path], message: str) -> None:
-    paths = [str(f.relative_to(REPO)) for f in folders]
+def _uncommitted(paths: list[str]) -> bool:
+    """Whether git sees anything under ``paths`` that is not committed."""
     status = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=REPO,
                             capture_output=True, text=True, check=True)
-    if not status.stdout.strip():  # runs shared with a claim committed before: nothing new
+    return bool(status.stdout.strip())
+
+
+def _commit(folders: list[Path], message: str) -> None:
+    paths = [str(f.relative_to(REPO)) for f in folders]
+    if not _uncommitted(paths):  # runs shared with a claim committed before: nothing new
         return
     for attempt in range(20):
         add = subprocess.run(["git", "add", "--", *paths], cwd=REPO, capture_output=True,
@@ -56,6 +61,8 @@ def _commit(folders: list[Path], message: str) -> None:
             err = done.stderr
         else:
             err = add.stderr
+        if not _uncommitted(paths):  # the other process committed the same runs first
+            return
         if "index.lock" not in err:
             raise RuntimeError(f"git failed: {err}")
         time.sleep(3 + attempt)
