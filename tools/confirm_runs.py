@@ -56,7 +56,7 @@ def _commit(folders: list[Path], message: str) -> None:
         if add.returncode == 0:
             done = subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths],
                                   cwd=REPO, capture_output=True, text=True)
-            if done.returncode == 0 or "nothing to commit" in done.stdout + done.stderr:
+            if done.returncode == 0:
                 return
             err = done.stderr
         else:
